@@ -1,0 +1,199 @@
+"""``gemv`` and ``explain``: validate once, plan, launch.
+
+Host path: ``a`` is a numpy array. It is copied to the device, the kernel runs on the default
+stream, the result is copied back and returned as numpy (synchronous).
+
+Device path: ``a`` is a Numba device array or any ``__cuda_array_interface__`` object (torch,
+CuPy). Nothing is copied and nothing synchronizes; the launch goes on ``stream`` (a Numba stream,
+an object with ``.cuda_stream`` such as ``torch.cuda.Stream``, or a raw ``CUstream`` handle as an
+int; ``None`` is Numba's default stream). With ``out`` given, the call allocates nothing, so it
+is safe inside CUDA graph capture once the kernel was compiled by an earlier call.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from numba import cuda
+
+from .controls import read_controls
+from .dispatch import Plan, plan_gemv
+from .kernels import default_kernel, single_warp_kernel
+from .kernels.intrinsics import SIMULATED
+from .weights import QuantizedWeight
+
+__all__ = ["gemv", "explain"]
+
+_external_streams = {}
+_device_names = {}
+
+
+def _device_name():
+    if SIMULATED:
+        return "simulator"
+    dev = cuda.get_current_device()
+    name = _device_names.get(dev.id)
+    if name is None:
+        name = _device_names[dev.id] = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    return name
+
+
+def _numba_stream(stream):
+    if stream is None or stream == 0:
+        return 0
+    if hasattr(stream, "cuda_stream") and not isinstance(stream, int):
+        stream = int(stream.cuda_stream)  # torch.cuda.Stream
+    if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool):
+        handle = int(stream)
+        s = _external_streams.get(handle)
+        if s is None:
+            s = _external_streams[handle] = cuda.external_stream(handle)
+        return s
+    if hasattr(stream, "handle") or type(stream).__name__ == "Stream":
+        return stream
+    raise TypeError(f"stream must be None, a Numba stream, a torch.cuda.Stream or a raw CUstream int; "
+                    f"got {type(stream).__name__}")
+
+
+def _is_device(x):
+    """A Numba device array (real or simulated) or any __cuda_array_interface__ object."""
+    return not isinstance(x, np.ndarray) and (
+        hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"))
+
+
+def _device_view(name, x):
+    try:
+        return x if hasattr(x, "copy_to_host") else cuda.as_cuda_array(x, sync=False)
+    except Exception as exc:  # malformed interface
+        raise TypeError(f"{name} is not a usable CUDA array: {exc}") from None
+
+
+def _check_array(name, x, shape_ok, expect, dtype=np.float16):
+    if np.dtype(x.dtype) != dtype:
+        raise TypeError(f"{name} must be {np.dtype(dtype)}; got {x.dtype}")
+    if not shape_ok(tuple(x.shape)):
+        raise ValueError(f"{name} must have shape {expect}; got {tuple(x.shape)}")
+    itemsize = np.dtype(dtype).itemsize
+    expected = itemsize
+    for dim, stride in zip(reversed(x.shape), reversed(x.strides)):
+        if dim > 1 and stride != expected:
+            raise ValueError(f"{name} must be C-contiguous; got strides {tuple(x.strides)} for shape {tuple(x.shape)}")
+        expected *= dim
+
+
+def _pointer(x):
+    if isinstance(x, np.ndarray):
+        return x.ctypes.data
+    if hasattr(x, "__cuda_array_interface__"):
+        return x.__cuda_array_interface__["data"][0]
+    return x._ary.ctypes.data  # simulator device array
+
+
+def _validate(a, w, bias, out):
+    """Shapes, dtypes, strides, alignment and host/device agreement. Returns (M, on_device)."""
+    if not isinstance(w, QuantizedWeight):
+        raise TypeError(f"w must be an int4gemv.QuantizedWeight; got {type(w).__name__}")
+    on_device = _is_device(a)
+    if not on_device and not isinstance(a, np.ndarray):
+        raise TypeError(f"a must be a numpy array or a CUDA array (__cuda_array_interface__); "
+                        f"got {type(a).__name__}")
+    if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+        raise TypeError("a must have dtype and shape")
+    K, N = w.K, w.N
+    if len(a.shape) not in (1, 2):
+        raise ValueError(f"a must have shape [K] or [M, K] with K={K}; got {tuple(a.shape)}")
+    _check_array("a", a, lambda s: s[-1] == K and (len(s) == 1 or s[0] >= 1), f"[K] or [M, K] with K={K}")
+    M = 1 if len(a.shape) == 1 else a.shape[0]
+    for name, x in (("bias", bias), ("out", out)):
+        if x is None:
+            continue
+        if _is_device(x) != on_device:
+            where = "a CUDA array" if on_device else "a numpy array"
+            raise TypeError(f"{name} must be {where} like a (no host/device mix)")
+        if not on_device and not isinstance(x, np.ndarray):
+            raise TypeError(f"{name} must be a numpy array; got {type(x).__name__}")
+    if bias is not None:
+        _check_array("bias", bias, lambda s: s == (N,), f"[N] = [{N}]")
+    if out is not None:
+        want = (N,) if len(a.shape) == 1 else (M, N)
+        _check_array("out", out, lambda s: s == want, f"{list(want)}")
+    for name, x in (("a", a), ("bias", bias), ("out", out)):
+        if x is not None and _pointer(x) % 2:
+            raise ValueError(f"{name} is misaligned: fp16 data must start on a 2-byte boundary")
+    return M, on_device
+
+
+def _plan(M, w, a_dtype, variant):
+    controls = read_controls(variant)
+    for message in controls.warnings:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    device_name = _device_name() if controls.mode == "auto" else None
+    return plan_gemv(M, w.N, w.K, w.block_size, a_dtype, controls, device_name)
+
+
+def explain(a, w, *, bias=None, out=None, variant=None) -> Plan:
+    """The :class:`~int4gemv.dispatch.Plan` that :func:`gemv` would use for these arguments.
+
+    Validates like ``gemv`` but launches nothing; ``print(explain(...))`` shows kernel, grid,
+    block, shared memory, the control that decided and the reason.
+    """
+    M, _ = _validate(a, w, bias, out)
+    return _plan(M, w, a.dtype, variant)
+
+
+def _launch(plan, a2, w, bias, out2, stream):
+    words, scales, zps = w.device_arrays()
+    has_zp = w.zero_points is not None
+    has_bias = bias is not None
+    bias_arg = bias if has_bias else scales[0]  # any fp16 vector; never read
+    if plan.kernel == "single_warp":
+        kernel = single_warp_kernel(plan.cols, plan.unroll)
+        kernel[plan.grid, plan.block, stream](a2, words.view(np.uint64), scales, zps, has_zp,
+                                              bias_arg, has_bias, out2, w.K)
+    else:
+        default_kernel[plan.grid, plan.block, stream](a2, words, scales, zps, has_zp, bias_arg,
+                                                      has_bias, out2, w.K, w.block_size)
+
+
+def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
+    """``Y = A · ((q − zp) · scale)ᵀ + bias`` with fp16 ``a`` ``[K]`` or ``[M, K]``.
+
+    Args:
+        a: fp16 activations; numpy (host path) or a CUDA array (device path).
+        w: an :class:`~int4gemv.QuantizedWeight`; moved to the device on first use.
+        bias: optional fp16 ``[N]``, on the same side as ``a``.
+        out: optional fp16 ``[N]`` / ``[M, N]``, on the same side as ``a``; written in place.
+        stream: device path only; see the module docstring.
+        variant: ``None`` (use the environment), ``"default"``, ``"single_warp"`` or ``"auto"``.
+
+    Returns ``out`` (device path: a Numba device array viewing it); host path: a numpy array.
+
+    Raises ``TypeError``/``ValueError`` naming the argument before any launch.
+    """
+    M, on_device = _validate(a, w, bias, out)
+    plan = _plan(M, w, a.dtype, variant)
+    if not on_device:
+        if stream is not None:
+            raise ValueError("stream is only accepted with device arrays (the host path is synchronous)")
+        d_a = cuda.to_device(np.ascontiguousarray(a).reshape(M, w.K))
+        d_bias = None if bias is None else cuda.to_device(bias)
+        d_out = cuda.device_array((M, w.N), np.float16)
+        _launch(plan, d_a, w, d_bias, d_out, 0)
+        result = d_out.copy_to_host().reshape((w.N,) if a.ndim == 1 else (M, w.N))
+        if out is not None:
+            out[...] = result
+            return out
+        return result
+    s = _numba_stream(stream)
+    d_a = _device_view("a", a).reshape(M, w.K)
+    d_bias = None if bias is None else _device_view("bias", bias)
+    if out is None:
+        d_out = cuda.device_array((M, w.N), np.float16, stream=s)
+        result = d_out if len(a.shape) == 2 else d_out.reshape(w.N)
+    else:
+        result = _device_view("out", out)
+        d_out = result.reshape(M, w.N)
+    w.to_device()
+    _launch(plan, d_a, w, d_bias, d_out, s)
+    return result
