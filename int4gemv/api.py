@@ -12,6 +12,8 @@ is safe inside CUDA graph capture once the kernel was compiled by an earlier cal
 
 from __future__ import annotations
 
+import collections
+import functools
 import warnings
 
 import numpy as np
@@ -21,12 +23,14 @@ from .controls import read_controls
 from .dispatch import Plan, plan_gemv
 from .kernels import default_kernel, single_warp_kernel
 from .kernels.intrinsics import SIMULATED
+from .launcher import bind
 from .weights import QuantizedWeight
 
 __all__ = ["gemv", "explain"]
 
-_external_streams = {}
 _device_names = {}
+_bindings = collections.OrderedDict()  # (kernel, geometry, pointers, shapes) -> bound launch
+_MAX_BINDINGS = 1024
 
 
 def _device_name():
@@ -39,25 +43,24 @@ def _device_name():
     return name
 
 
-def _numba_stream(stream):
-    if stream is None or stream == 0:
+def _stream_handle(stream):
+    """The raw ``CUstream`` handle (0: the legacy default stream) of a supported stream object."""
+    if stream is None:
         return 0
-    if hasattr(stream, "cuda_stream") and not isinstance(stream, int):
-        stream = int(stream.cuda_stream)  # torch.cuda.Stream
-    if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool):
-        handle = int(stream)
-        s = _external_streams.get(handle)
-        if s is None:
-            s = _external_streams[handle] = cuda.external_stream(handle)
-        return s
-    if hasattr(stream, "handle") or type(stream).__name__ == "Stream":
-        return stream
-    raise TypeError(f"stream must be None, a Numba stream, a torch.cuda.Stream or a raw CUstream int; "
-                    f"got {type(stream).__name__}")
+    if isinstance(stream, (int, np.integer)) and not isinstance(stream, (bool, np.bool_)):
+        if stream < 0:
+            raise ValueError(f"stream handle must be non-negative; got {stream}")
+        return int(stream)
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream, cupy.cuda.Stream
+        return int(stream.cuda_stream)
+    if hasattr(stream, "__cuda_stream__"):  # Numba and cuda.core streams
+        return int(stream.__cuda_stream__()[1])
+    raise TypeError(f"stream must be None, a Numba/cuda.core stream, a torch/CuPy stream or a raw "
+                    f"CUstream int; got {type(stream).__name__}")
 
 
 def _is_device(x):
-    """A Numba device array (real or simulated) or any __cuda_array_interface__ object."""
+    """A Numba device array (real or simulated) or any ``__cuda_array_interface__`` object."""
     return not isinstance(x, np.ndarray) and (
         hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"))
 
@@ -129,7 +132,12 @@ def _plan(M, w, a_dtype, variant):
     for message in controls.warnings:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
     device_name = _device_name() if controls.mode == "auto" else None
-    return plan_gemv(M, w.N, w.K, w.block_size, a_dtype, controls, device_name)
+    return _cached_plan(M, w.N, w.K, w.block_size, np.dtype(a_dtype).str, controls, device_name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_plan(M, N, K, block_size, a_dtype, controls, device_name):
+    return plan_gemv(M, N, K, block_size, a_dtype, controls, device_name)
 
 
 def explain(a, w, *, bias=None, out=None, variant=None) -> Plan:
@@ -142,18 +150,32 @@ def explain(a, w, *, bias=None, out=None, variant=None) -> Plan:
     return _plan(M, w, a.dtype, variant)
 
 
-def _launch(plan, a2, w, bias, out2, stream):
-    words, scales, zps = w.device_arrays()
+def _launch(plan, a2, w, bias, out2, stream_handle, cache=True):
+    d = w.device_arrays()
+    words, scales, zps = d["words"], d["scales"], d["zero_points"]
     has_zp = w.zero_points is not None
     has_bias = bias is not None
-    bias_arg = bias if has_bias else scales[0]  # any fp16 vector; never read
+    bias_arg = bias if has_bias else d["no_bias"]
     if plan.kernel == "single_warp":
         kernel = single_warp_kernel(plan.cols, plan.unroll)
-        kernel[plan.grid, plan.block, stream](a2, words.view(np.uint64), scales, zps, has_zp,
-                                              bias_arg, has_bias, out2, w.K)
+        words = d["words64"]
+        args = (a2, words, scales, zps, has_zp, bias_arg, has_bias, out2, w.K)
     else:
-        default_kernel[plan.grid, plan.block, stream](a2, words, scales, zps, has_zp, bias_arg,
-                                                      has_bias, out2, w.K, w.block_size)
+        kernel = default_kernel
+        args = (a2, words, scales, zps, has_zp, bias_arg, has_bias, out2, w.K, w.block_size)
+    if SIMULATED or not cache:
+        bind(kernel, args, plan.grid, plan.block).launch(stream_handle)
+        return
+    # Bindings hold raw pointers only, so the key is the pointers and shapes themselves.
+    key = (plan.kernel, plan.cols, plan.unroll, plan.grid, tuple(a2.shape), _pointer(a2),
+           _pointer(words), _pointer(scales), _pointer(zps), has_zp, has_bias, _pointer(bias_arg),
+           tuple(out2.shape), _pointer(out2), w.K, w.block_size)
+    bound = _bindings.get(key)
+    if bound is None:
+        bound = _bindings[key] = bind(kernel, args, plan.grid, plan.block)
+        if len(_bindings) > _MAX_BINDINGS:
+            _bindings.popitem(last=False)
+    bound.launch(stream_handle)
 
 
 def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
@@ -179,21 +201,21 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
         d_a = cuda.to_device(np.ascontiguousarray(a).reshape(M, w.K))
         d_bias = None if bias is None else cuda.to_device(bias)
         d_out = cuda.device_array((M, w.N), np.float16)
-        _launch(plan, d_a, w, d_bias, d_out, 0)
+        _launch(plan, d_a, w, d_bias, d_out, 0, cache=False)
         result = d_out.copy_to_host().reshape((w.N,) if a.ndim == 1 else (M, w.N))
         if out is not None:
             out[...] = result
             return out
         return result
-    s = _numba_stream(stream)
+    handle = _stream_handle(stream)
     d_a = _device_view("a", a).reshape(M, w.K)
     d_bias = None if bias is None else _device_view("bias", bias)
     if out is None:
-        d_out = cuda.device_array((M, w.N), np.float16, stream=s)
+        d_out = cuda.device_array((M, w.N), np.float16)
         result = d_out if len(a.shape) == 2 else d_out.reshape(w.N)
     else:
         result = _device_view("out", out)
         d_out = result.reshape(M, w.N)
     w.to_device()
-    _launch(plan, d_a, w, d_bias, d_out, s)
+    _launch(plan, d_a, w, d_bias, d_out, handle)
     return result

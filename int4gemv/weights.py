@@ -135,17 +135,21 @@ class QuantizedWeight:
 
             words = self.packed.reshape(self.N, -1).view(np.uint32)
             zp = self.zero_points if self.zero_points is not None else np.zeros((1, 1), np.uint8)
+            d_words = cuda.to_device(words, stream=stream)
             self._device = {
-                "words": cuda.to_device(words, stream=stream),
+                "words": d_words,
+                "words64": d_words.view(np.uint64),
                 "scales": cuda.to_device(self.scales, stream=stream),
                 "zero_points": cuda.to_device(zp, stream=stream),
+                "no_bias": cuda.to_device(np.zeros(1, np.float16), stream=stream),
             }
         return self
 
-    def device_arrays(self):
-        """The device arrays (uploading on first use): ``(words, scales, zero_points)``."""
-        d = self.to_device()._device
-        return d["words"], d["scales"], d["zero_points"]
+    def device_arrays(self) -> dict:
+        """The device arrays, uploading on first use: ``words`` (uint32), ``words64`` (the
+        same bytes as uint64), ``scales``, ``zero_points`` (a 1x1 placeholder when absent) and
+        ``no_bias`` (a placeholder the kernels never read)."""
+        return self.to_device()._device
 
 
 def quantize(w, block_size: int = 32, symmetric: bool = True) -> QuantizedWeight:
