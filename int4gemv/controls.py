@@ -15,6 +15,7 @@ and the accepted values.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -69,12 +70,21 @@ def _positive_int(name, raw, accepted):
     return value
 
 
-def read_controls(variant=None, environ=None, *, cols_accepted=(1, 2, 4, 8),
-                  unroll_accepted=(1, 2, 4, 8)) -> Controls:
+_ACCEPTED = (1, 2, 4, 8)
+
+
+def read_controls(variant=None, environ=None) -> Controls:
     """Resolve the controls for one call (``environ`` defaults to ``os.environ``)."""
     env = os.environ if environ is None else environ
+    if variant is not None and not isinstance(variant, str):
+        raise ValueError(f"variant={variant!r} is not valid; accepted values: None, "
+                         f"{', '.join(map(repr, VARIANTS))}")
+    return _resolve(variant, env.get(PRIMARY), env.get(LEGACY), env.get(COLS), env.get(UNROLL))
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve(variant, primary_raw, legacy_raw, cols_raw, unroll_raw) -> Controls:
     warnings = []
-    primary_raw, legacy_raw = env.get(PRIMARY), env.get(LEGACY)
     primary = None if primary_raw is None else _choice(PRIMARY, primary_raw, _PRIMARY_VALUES)
     legacy = None if legacy_raw is None else _choice(LEGACY, legacy_raw, _LEGACY_VALUES)
     if primary is not None and legacy is not None and primary != legacy:
@@ -82,7 +92,7 @@ def read_controls(variant=None, environ=None, *, cols_accepted=(1, 2, 4, 8),
                         f"{PRIMARY} wins")
 
     if variant is not None:
-        if not isinstance(variant, str) or variant not in VARIANTS:
+        if variant not in VARIANTS:
             raise ValueError(f"variant={variant!r} is not valid; accepted values: "
                              f"None, {', '.join(map(repr, VARIANTS))}")
         mode, source = VARIANTS[variant], f"variant={variant!r} argument"
@@ -93,8 +103,7 @@ def read_controls(variant=None, environ=None, *, cols_accepted=(1, 2, 4, 8),
     else:
         mode, source = "off", f"default ({PRIMARY} unset)"
 
-    cols_raw, unroll_raw = env.get(COLS), env.get(UNROLL)
-    cols = None if cols_raw is None else _positive_int(COLS, cols_raw, cols_accepted)
-    unroll = None if unroll_raw is None else _positive_int(UNROLL, unroll_raw, unroll_accepted)
+    cols = None if cols_raw is None else _positive_int(COLS, cols_raw, _ACCEPTED)
+    unroll = None if unroll_raw is None else _positive_int(UNROLL, unroll_raw, _ACCEPTED)
     named = [f"{n}={r}" for n, r in ((COLS, cols_raw), (UNROLL, unroll_raw)) if r is not None]
     return Controls(mode, source, cols, unroll, ", ".join(named) or None, tuple(warnings))

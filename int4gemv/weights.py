@@ -15,6 +15,8 @@ Layout (exactly ``com.microsoft.MatMulNBits`` with ``bits=4``), for a weight
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 __all__ = ["QuantizedWeight", "quantize", "BLOCK_SIZES"]
@@ -82,6 +84,7 @@ class QuantizedWeight:
         self.zero_points = zero_points
         self.K, self.N, self.block_size, self.n_blocks = K, N, block_size, n_blocks
         self._device = None
+        self._launches = collections.OrderedDict()  # gemv's bound launches for this weight
 
     # -- host-side views -------------------------------------------------------------
     def __repr__(self):
