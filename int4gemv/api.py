@@ -33,6 +33,7 @@ else:
 __all__ = ["gemv", "explain"]
 
 _device_names = {}
+_multiprocessors = {}
 _MAX_BINDINGS = 64  # bound launches kept per weight
 
 
@@ -44,6 +45,16 @@ def _device_name():
     if name is None:
         name = _device_names[dev.id] = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
     return name
+
+
+def _multiprocessor_count():
+    if SIMULATED:
+        return 1
+    dev = cuda.get_current_device()
+    count = _multiprocessors.get(dev.id)
+    if count is None:
+        count = _multiprocessors[dev.id] = dev.MULTIPROCESSOR_COUNT
+    return count
 
 
 def _stream_handle(stream):
@@ -135,12 +146,14 @@ def _plan(M, w, a_dtype, variant):
     for message in controls.warnings:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
     device_name = _device_name() if controls.mode == "auto" else None
-    return _cached_plan(M, w.N, w.K, w.block_size, np.dtype(a_dtype).str, controls, device_name)
+    return _cached_plan(M, w.N, w.K, w.block_size, np.dtype(a_dtype).str, controls, device_name,
+                        _multiprocessor_count())
 
 
 @functools.lru_cache(maxsize=4096)
-def _cached_plan(M, N, K, block_size, a_dtype, controls, device_name):
-    return plan_gemv(M, N, K, block_size, a_dtype, controls, device_name)
+def _cached_plan(M, N, K, block_size, a_dtype, controls, device_name, multiprocessors):
+    return plan_gemv(M, N, K, block_size, a_dtype, controls, device_name,
+                     multiprocessors=multiprocessors)
 
 
 def explain(a, w, *, bias=None, out=None, variant=None) -> Plan:
@@ -160,12 +173,13 @@ def _bind(plan, a2, w, bias, out2):
     has_bias = bias is not None
     bias_arg = bias if has_bias else d["no_bias"]
     if plan.kernel == "single_warp":
-        kernel = single_warp_kernel(plan.cols, plan.unroll)
-        args = (a2, d["words64"], d["scales"], d["zero_points"], has_zp, bias_arg, has_bias, out2, w.K)
+        kernel = single_warp_kernel(plan.cols, plan.unroll, plan.resident)
+        args = (a2.reshape(w.K), d["words64_flat"], d["scales_flat"], d["zero_points_flat"], has_zp,
+                bias_arg, has_bias, out2.reshape(w.N), w.K)
     else:
         kernel = default_kernel
-        args = (a2, d["words"], d["scales"], d["zero_points"], has_zp, bias_arg, has_bias, out2,
-                w.K, w.block_size)
+        args = (a2, d["words"], d["words_flat"], d["scales"], d["zero_points"], has_zp, bias_arg,
+                has_bias, out2, w.K, w.block_size)
     return bind(kernel, args, plan.grid, plan.block)
 
 

@@ -41,6 +41,7 @@ class Plan:
     block_size: int
     cols: int | None = None     # single-warp tuning
     unroll: int | None = None
+    resident: bool | None = None  # single-warp: activations held in registers for all of K
     tuning: str | None = None   # where the tuning came from
     warnings: tuple = ()
 
@@ -49,7 +50,9 @@ class Plan:
         return self.grid[0] * self.grid[1] * self.grid[2] * self.block[0]
 
     def __str__(self):
-        tuning = "" if self.cols is None else f" (cols={self.cols}, unroll={self.unroll}; {self.tuning})"
+        tuning = "" if self.cols is None else (
+            f" (cols={self.cols}, unroll={self.unroll}, "
+            f"{'resident' if self.resident else 'streaming'} activations; {self.tuning})")
         lines = [
             f"kernel   : {self.kernel}{tuning}",
             f"problem  : M={self.M} N={self.N} K={self.K} block_size={self.block_size}",
@@ -106,8 +109,10 @@ def _auto_choice(N, K, device_name, table):
     return e["variant"], tuning, f"{how}: {e['variant']} was faster ({e.get('note', '')})".rstrip(" ()")
 
 
-def plan_gemv(M, N, K, block_size, a_dtype, controls: Controls, device_name=None, table=None) -> Plan:
-    """Plan one call. ``table`` defaults to :func:`load_autotune_table`."""
+def plan_gemv(M, N, K, block_size, a_dtype, controls: Controls, device_name=None, table=None, *,
+              multiprocessors=132) -> Plan:
+    """Plan one call. ``table`` defaults to :func:`load_autotune_table`; ``multiprocessors``
+    (the device's SM count) sizes the single-warp kernel's persistent grid."""
     base = dict(M=M, N=N, K=K, block_size=block_size, control=controls.source,
                 warnings=controls.warnings)
     eligible, why = single_warp_eligibility(M, K, block_size, a_dtype)
@@ -138,6 +143,6 @@ def plan_gemv(M, N, K, block_size, a_dtype, controls: Controls, device_name=None
     if (cols, unroll) not in single_warp.TUNINGS:
         raise ValueError(f"{controls.tuning_source}: (cols={cols}, unroll={unroll}) is not a compiled "
                          f"tuning; accepted (cols, unroll): {single_warp.TUNINGS}")
-    grid, block, shared = single_warp.geometry(N, cols)
+    grid, block, shared = single_warp.geometry(N, cols, multiprocessors)
     return Plan("single_warp", grid, block, shared, reason=reason, cols=cols, unroll=unroll,
-                tuning=tuning_src, **base)
+                resident=single_warp.is_resident(K, unroll), tuning=tuning_src, **base)

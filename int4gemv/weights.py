@@ -138,20 +138,17 @@ class QuantizedWeight:
 
             words = self.packed.reshape(self.N, -1).view(np.uint32)
             zp = self.zero_points if self.zero_points is not None else np.zeros((1, 1), np.uint8)
-            d_words = cuda.to_device(words, stream=stream)
-            self._device = {
-                "words": d_words,
-                "words64": d_words.view(np.uint64),
-                "scales": cuda.to_device(self.scales, stream=stream),
-                "zero_points": cuda.to_device(zp, stream=stream),
-                "no_bias": cuda.to_device(np.zeros(1, np.float16), stream=stream),
-            }
+            self._device = device_views(cuda.to_device(words, stream=stream),
+                                        cuda.to_device(self.scales, stream=stream),
+                                        cuda.to_device(zp, stream=stream),
+                                        cuda.to_device(np.zeros(1, np.float16), stream=stream))
         return self
 
     def device_arrays(self) -> dict:
-        """The device arrays, uploading on first use: ``words`` (uint32), ``words64`` (the
-        same bytes as uint64), ``scales``, ``zero_points`` (a 1x1 placeholder when absent) and
-        ``no_bias`` (a placeholder the kernels never read)."""
+        """The device arrays, uploading on first use: ``words`` (uint32 ``[N, W]``), ``scales``,
+        ``zero_points`` (a 1x1 placeholder when absent), flat 1-D views of them
+        (``words64_flat`` reads the same bytes as uint64) and ``no_bias`` (a placeholder the
+        kernels never read)."""
         return self.to_device()._device
 
 
@@ -206,3 +203,19 @@ def quantize(w, block_size: int = 32, symmetric: bool = True) -> QuantizedWeight
             zpi = np.concatenate([zpi, np.zeros((N, 1), np.uint8)], axis=1)
         zero_points = (zpi[:, 0::2] | (zpi[:, 1::2] << 4)).astype(np.uint8)
     return QuantizedWeight(packed, scale16, zero_points, K=K, N=N, block_size=block_size)
+
+
+def device_views(words, scales, zero_points, no_bias) -> dict:
+    """The views the kernels take of a weight's device arrays (uint32 ``words [N, W]``, fp16
+    ``scales [N, G]``, uint8 ``zero_points``, a 1-element fp16 ``no_bias``). Benchmarks use it to
+    wrap random device-resident weights without a host round trip."""
+    return {
+        "words": words,
+        "words_flat": words.reshape(-1),
+        "words64_flat": words.reshape(-1).view(np.uint64),
+        "scales": scales,
+        "scales_flat": scales.reshape(-1),
+        "zero_points": zero_points,
+        "zero_points_flat": zero_points.reshape(-1),
+        "no_bias": no_bias,
+    }

@@ -15,7 +15,7 @@ Columns past N are clamped for loads and never stored; words past K are never re
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, uint64
 
 from .intrinsics import warp_sum
 from .nibbles import NIBBLE_SCALE, dot8
@@ -36,10 +36,11 @@ def geometry(M: int, N: int):
 
 
 @cuda.jit
-def default_kernel(a, words, scales, zero_points, has_zp, bias, has_bias, out, K, block_size):
+def default_kernel(a, words, flat_words, scales, zero_points, has_zp, bias, has_bias, out, K,
+                   block_size):
     """``out[m, n] = sum_k a[m, k] * (q[n, k] - zp) * scale + bias[n]``.
 
-    a: fp16 [M, K]; words: uint32 [N, ceil(K/bs)*bs/8]; scales: fp16 [N, ceil(K/bs)];
+    a: fp16 [M, K]; words: uint32 [N, ceil(K/bs)*bs/8] and flat_words, the same as 1-D; scales: fp16 [N, ceil(K/bs)];
     zero_points: uint8 [N, ceil(ceil(K/bs)/2)] (read only if has_zp); bias: fp16 [N] (read only
     if has_bias); out: fp16 [M, N].
     """
@@ -85,21 +86,25 @@ def default_kernel(a, words, scales, zero_points, has_zp, bias, has_bias, out, K
         cuda.syncthreads()
 
         # Phase 2: this warp's column, one word per lane per step, two steps in flight.
-        w_base = k0 // 8
-        for j in range(lane, nwords, 64):
-            w0 = words[n_load, w_base + j]
-            j1 = j + 32
-            w1 = words[n_load, w_base + j1] if j1 < nwords else np.uint32(0)
-            b = 8 * j
-            x = dot8(w0, s_a[b], s_a[b + 1], s_a[b + 2], s_a[b + 3],
-                     s_a[b + 4], s_a[b + 5], s_a[b + 6], s_a[b + 7])
-            g = j // words_per_group
+        # Unsigned indices: no negative-index wraparound code on the hot path.
+        row = uint64(n_load) * uint64(words.shape[1]) + uint64(k0 // 8)
+        nw = uint64(nwords)
+        wpg = uint64(words_per_group)
+        for j in range(uint64(lane), nw, uint64(64)):
+            j1 = j + uint64(32)
+            w0 = flat_words[row + j]
+            w1 = flat_words[row + min(j1, nw - uint64(1))]
+            b = j << uint64(3)
+            x = dot8(w0, s_a[b], s_a[b + uint64(1)], s_a[b + uint64(2)], s_a[b + uint64(3)],
+                     s_a[b + uint64(4)], s_a[b + uint64(5)], s_a[b + uint64(6)], s_a[b + uint64(7)])
+            g = j // wpg
             acc += s_scale[warp, g] * (x - s_offset[warp, g] * s_asum[j])
-            if j1 < nwords:
-                b = 8 * j1
-                x = dot8(w1, s_a[b], s_a[b + 1], s_a[b + 2], s_a[b + 3],
-                         s_a[b + 4], s_a[b + 5], s_a[b + 6], s_a[b + 7])
-                g = j1 // words_per_group
+            if j1 < nw:
+                b = j1 << uint64(3)
+                x = dot8(w1, s_a[b], s_a[b + uint64(1)], s_a[b + uint64(2)], s_a[b + uint64(3)],
+                         s_a[b + uint64(4)], s_a[b + uint64(5)], s_a[b + uint64(6)],
+                         s_a[b + uint64(7)])
+                g = j1 // wpg
                 acc += s_scale[warp, g] * (x - s_offset[warp, g] * s_asum[j1])
         cuda.syncthreads()  # the next tile overwrites shared memory
 

@@ -1,0 +1,75 @@
+"""Numba specifics: deferred deallocations held for the whole capture, warm-up before capture,
+only device arrays inside a capture."""
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from lifecycle import GraphState
+from lifecycle.numba_glue import check_device_args
+
+
+class Boom(Exception):
+    pass
+
+
+def _recording_guard(drv, events):
+    @contextlib.contextmanager
+    def guard():
+        events.append(("enter", len(drv.log)))
+        try:
+            yield
+        finally:
+            events.append(("exit", len(drv.log)))
+    return guard
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_capture_guard_spans_begin_to_instantiate_or_discard(backend, fails):
+    s = backend.stream()
+    drv, events = backend.instrumented(), []
+    with backend.provider(drv, capture_guard=_recording_guard(drv, events)) as p:
+        with pytest.raises(Boom) if fails else contextlib.nullcontext():
+            with p.capture(7, stream=s) as cap:
+                cap.stage(np.ones(4, np.float32))
+                if fails:
+                    raise Boom
+        calls = [name for name, _ in drv.log]
+        (_, entered), (_, exited) = events
+        begin = calls.index("stream_begin_capture")
+        last = max(i for i, name in enumerate(calls) if name in ("graph_instantiate", "stream_end_capture",
+                                                                  "mem_free_host"))
+        assert entered <= begin and exited > last, (events, calls)
+        assert cap.state is (GraphState.DISCARDED if fails else GraphState.READY)
+    backend.assert_clean(drv)
+
+
+def test_record_warms_up_once_then_captures(backend):
+    s, dst, one = backend.stream(), backend.zeros(16), backend.zeros(16)
+    runs = []
+
+    def step(cap):
+        runs.append(cap.eager)
+        cap.copy_to_device(one, cap.stage(np.ones(16, np.float32)))
+        backend.add(cap.stream, dst, one)
+
+    with backend.provider() as p:
+        p.record(7, step, stream=s)
+        assert runs == [True, False], "one eager warm-up run, then the capture"
+        np.testing.assert_array_equal(backend.read(dst), np.ones(16))  # only the warm-up ran
+        assert p.counters.pinned_buffers == 1, "the warm-up's staging buffer is freed after it ran"
+        p.replay(7)
+        p.replay(7)
+        p.synchronize(7)
+        np.testing.assert_array_equal(backend.read(dst), np.full(16, 3.0))
+    backend.assert_clean()
+
+
+def test_only_device_arrays_may_be_launched_inside_a_capture():
+    class DeviceArray:
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0, False), "version": 3}
+
+    check_device_args((DeviceArray(), 3, 2.5, np.float32(1)))
+    with pytest.raises(TypeError, match="argument 1 is a host numpy array"):
+        check_device_args((DeviceArray(), np.ones(4)))

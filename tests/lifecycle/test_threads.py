@@ -1,0 +1,226 @@
+"""Several threads, one provider: release waits for the replay in flight, operations are serialized,
+the provider's context is current in every calling thread."""
+
+import gc
+import random
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+from lifecycle import CaptureError, GraphStateError, StreamError
+
+WAIT = 20.0  # bound on every wait in this file
+
+
+def test_release_from_another_thread_waits_for_the_replay_in_flight(backend):
+    s, dst = backend.stream(), backend.zeros(1024)
+    gate, entered, timed_out = threading.Event(), threading.Event(), []
+
+    def block():  # runs on a driver thread: no CUDA calls, bounded wait
+        entered.set()
+        if not gate.wait(WAIT):
+            timed_out.append(True)
+
+    with backend.provider() as p:
+        with p.capture(7, stream=s) as cap:
+            cap.host_func(block)
+            buf = cap.stage(np.full(1024, 7.0, np.float32))  # read only after block() returns
+            cap.copy_to_device(dst, buf)
+        ref = weakref.ref(buf)
+        del buf, cap
+
+        p.replay(7)  # caller A: asynchronous, returns while the graph is blocked
+        assert entered.wait(WAIT), "the captured host function never ran"
+        done, errors = threading.Event(), []
+
+        def caller_b():
+            try:
+                p.release(7)
+            except Exception as exc:  # reported below
+                errors.append(exc)
+            done.set()
+
+        b = threading.Thread(target=caller_b)
+        b.start()
+        time.sleep(0.2)
+        assert not done.is_set(), "release returned while the replay was still in flight"
+        gc.collect()
+        assert ref() is not None and not ref().freed, "the pinned buffer was freed under the GPU"
+        gate.set()
+        b.join(WAIT)
+        assert done.is_set() and errors == [] and timed_out == []
+        gc.collect()
+        assert ref() is None, "release must free the buffer once the replay finished"
+        np.testing.assert_array_equal(backend.read(dst), np.full(1024, 7.0))
+    backend.assert_clean()
+
+
+def test_each_calling_thread_gets_the_providers_context_and_keeps_its_own(backend):
+    s, dst = backend.stream(), backend.zeros(8)
+    with backend.provider() as p:
+        with p.capture(7, stream=s) as cap:
+            cap.copy_to_device(dst, cap.stage(np.full(8, 7.0, np.float32)))
+        seen = []
+
+        def fresh_thread():  # starts with no current context
+            seen.append(backend.base.ctx_get_current())
+            p.replay(7)
+            p.synchronize(7)
+            seen.append(backend.base.ctx_get_current())
+
+        t = threading.Thread(target=fresh_thread)
+        t.start()
+        t.join(WAIT)
+        assert seen == [0, 0], "the thread's (absent) context must be restored after each call"
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 7.0))
+    backend.assert_clean()
+
+
+def test_capture_is_thread_local(backend):
+    """Unsafe calls in *other* threads (pinned alloc/free, synchronize) do not invalidate a capture."""
+    s, s2, dst, dst2 = backend.stream(), backend.stream(), backend.zeros(8), backend.zeros(8)
+    with backend.provider() as p, backend.provider() as q:
+        with p.capture(7, stream=s) as cap:
+            cap.copy_to_device(dst, cap.stage(np.full(8, 7.0, np.float32)))
+            errors = []
+
+            def other():
+                try:
+                    with q.capture(1, stream=s2) as c:
+                        c.copy_to_device(dst2, c.stage(np.ones(8, np.float32)))
+                    q.replay(1)
+                    q.release(1)  # synchronize + cuMemFreeHost while p is capturing
+                except Exception as exc:
+                    errors.append(exc)
+
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(WAIT)
+            assert errors == []
+        p.replay(7)
+        p.synchronize(7)
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 7.0))
+        np.testing.assert_array_equal(backend.read(dst2), np.ones(8))
+    backend.assert_clean()
+
+
+THREADS, OPS, IDS, STREAMS, RETRIES, SEED = 8, 400, 12, 3, 200, 20240611
+EXPECTED = (CaptureError, GraphStateError, StreamError)  # UnknownGraphError is a GraphStateError
+
+
+def test_stress_random_capture_replay_release_from_many_threads(backend):
+    streams = [backend.stream() for _ in range(STREAMS)]
+    slots = [backend.zeros(4) for _ in range(IDS)]  # graph id i copies its payload into slot i
+    tally = {op: [0, 0] for op in ("capture", "replay", "release", "synchronize", "capture busy")}
+    unexpected, lock = [], threading.Lock()
+    start = threading.Barrier(THREADS, timeout=WAIT)
+
+    with backend.provider() as p:
+        def capture(tid, i, rng, gid):
+            """Capture ``gid``; like a real caller, retry (bounded) while another capture is open."""
+            for attempt in range(RETRIES):
+                try:
+                    with p.capture(gid, stream=streams[rng.randrange(STREAMS)]) as cap:
+                        buf = cap.stage(np.full(4, tid * 10000 + i, np.float32))
+                        if rng.random() < 0.05:
+                            time.sleep(0.0005)  # widen the window for conflicting callers
+                        cap.copy_to_device(slots[gid], buf)
+                        if rng.random() < 0.2:
+                            cap.host_func(lambda: None)
+                    return
+                except CaptureError:
+                    with lock:
+                        tally["capture busy"][1] += 1
+                    if attempt == RETRIES - 1:
+                        raise
+                    time.sleep(0.0002)
+
+        def worker(tid):
+            rng = random.Random(SEED * 100 + tid)
+            start.wait()
+            for i in range(OPS):
+                op = rng.choice(("capture", "capture", "replay", "replay", "replay", "release", "synchronize"))
+                gid = rng.randrange(IDS)
+                try:
+                    if op == "capture":
+                        capture(tid, i, rng, gid)
+                    else:
+                        getattr(p, op)(gid)
+                    ok = 0
+                except EXPECTED:
+                    ok = 1
+                except Exception as exc:
+                    with lock:
+                        unexpected.append(f"thread {tid} op {i} {op}({gid}): {exc!r}")
+                    return
+                with lock:
+                    tally[op][ok] += 1
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads), "a worker hung"
+        assert unexpected == []
+        print("stress tally (succeeded, refused):", tally)
+        busy = tally.pop("capture busy")[1]
+        assert sum(sum(v) for v in tally.values()) == THREADS * OPS
+        for op, (succeeded, refused) in tally.items():
+            assert succeeded >= 20 and refused > 0, f"{op} not exercised both ways: {tally}"
+        assert busy > 0, "no capture ever met another open capture: the test is too tame"
+
+        for gid in p.graph_ids():  # every surviving graph still computes its own payload
+            expected = p.buffers(gid)[0].array.copy()
+            p.replay(gid)
+            p.synchronize(gid)
+            np.testing.assert_array_equal(backend.read(slots[gid]), expected)
+    assert p.counters.graphs_alive == 0 and p.counters.pinned_bytes == 0
+    backend.assert_clean()
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_operations_are_serialized(backend, graphs):
+    """No two graph operations of one provider are ever inside the driver at the same time."""
+    inside, overlaps, lock = [0], [], threading.Lock()
+    drv = backend.instrumented()
+    real_launch = drv.inner.graph_launch if graphs else drv.inner.event_record
+
+    def guarded(*args):
+        with lock:
+            inside[0] += 1
+            if inside[0] > 1:
+                overlaps.append(inside[0])
+        time.sleep(0.001)
+        try:
+            return real_launch(*args)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    s, dst = backend.stream(), backend.zeros(8)
+    with backend.provider(drv, graphs=graphs) as p:
+        p.record(7, lambda cap: cap.copy_to_device(dst, cap.stage(np.ones(8, np.float32))),
+                 stream=s, warmup=False)
+        drv.inner = _Patched(drv.inner, "graph_launch" if graphs else "event_record", guarded)
+        threads = [threading.Thread(target=lambda: [p.replay(7) for _ in range(20)]) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+        drv.inner = drv.inner.wrapped
+    assert overlaps == []
+    backend.assert_clean(drv)
+
+
+class _Patched:
+    """Forward to ``wrapped`` except one method."""
+
+    def __init__(self, wrapped, name, fn):
+        self.wrapped, self._name, self._fn = wrapped, name, fn
+
+    def __getattr__(self, name):
+        return self._fn if name == self._name else getattr(self.wrapped, name)

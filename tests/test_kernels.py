@@ -1,0 +1,130 @@
+"""Kernel numerics against the float64 reference: the simulator on a CPU machine, the GPU elsewhere.
+
+Every run draws fresh random data, poisons the output with NaN first, and checks that every
+element was written and that the fp16 result is within 2e-3 relative error (norm-wise).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import cuda
+
+import int4gemv as ig
+from int4gemv.kernels import single_warp
+
+TOL = 2e-3
+
+
+def run(a, w, bias=None, variant="default", **env):
+    """One device-path call with a NaN-poisoned output; returns it as float64 on the host."""
+    M = 1 if a.ndim == 1 else a.shape[0]
+    shape = (w.N,) if a.ndim == 1 else (M, w.N)
+    out = cuda.to_device(np.full(shape, np.nan, np.float16))
+    d_bias = None if bias is None else cuda.to_device(bias)
+    result = ig.gemv(cuda.to_device(a), w, bias=d_bias, out=out, variant=variant)
+    assert result is out
+    y = out.copy_to_host().astype(np.float64)
+    assert np.all(np.isfinite(y)), "some outputs were not written"
+    return y
+
+
+def check(y, a, w, bias=None):
+    ref = ig.reference_gemv(a, w, bias)
+    err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+    assert err <= TOL, f"relative error {err:.2e}"
+    return err
+
+
+def make(rng, N, K, bs=32, symmetric=True, M=None):
+    w = ig.quantize(rng.standard_normal((N, K)).astype(np.float32), bs, symmetric)
+    shape = K if M is None else (M, K)
+    a = rng.standard_normal(shape).astype(np.float16)
+    return a, w
+
+
+@pytest.mark.parametrize("bs", ig.BLOCK_SIZES)
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_default_tiling_block_sizes_and_zero_points(rng, bs, symmetric):
+    a, w = make(rng, 9, 2 * bs + 8, bs, symmetric)  # a partial last block and an N tail
+    check(run(a, w), a, w)
+
+
+def test_default_tiling_bias_and_batch(rng):
+    a, w = make(rng, 10, 48, 16, symmetric=False, M=3)
+    bias = rng.standard_normal(10).astype(np.float16)
+    y = run(a, w, bias)
+    assert y.shape == (3, 10)
+    check(y, a, w, bias)
+
+
+def test_default_tiling_spans_several_k_tiles(rng, monkeypatch):
+    from int4gemv.kernels import default
+    a, w = make(rng, 3, default.TILE_K + 40, 32, symmetric=False)
+    check(run(a, w), a, w)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_single_warp_matches_reference_and_default(rng, symmetric):
+    a, w = make(rng, 11, 96, 32, symmetric)  # N tail for cols=4, K a multiple of 32 not of 512
+    bias = rng.standard_normal(11).astype(np.float16)
+    y_sw = run(a, w, bias, variant="single_warp")
+    y_def = run(a, w, bias, variant="default")
+    check(y_sw, a, w, bias)
+    np.testing.assert_allclose(y_sw, y_def, rtol=2e-3, atol=2e-3 * np.abs(y_def).max())
+    assert ig.explain(a, w, variant="single_warp").kernel == "single_warp"
+
+
+@pytest.mark.parametrize("cols, unroll, N, K, resident", [
+    (1, 1, 21, 544, False),  # 21 column groups > the simulator's 16-block grid: grid-stride loop
+    (2, 2, 5, 96, True),
+    (8, 1, 9, 544, False),   # streaming: two K chunks, the second ragged
+])
+def test_single_warp_tunings(rng, monkeypatch, cols, unroll, N, K, resident):
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", str(cols))
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP_UNROLL", str(unroll))
+    a, w = make(rng, N, K, 32, symmetric=False)
+    plan = ig.explain(a, w, variant="single_warp")
+    assert (plan.cols, plan.unroll, plan.resident) == (cols, unroll, resident)
+    check(run(a, w, variant="single_warp"), a, w)
+
+
+def test_host_path_returns_numpy_and_fills_out(rng):
+    a, w = make(rng, 6, 64)
+    y = ig.gemv(a, w)
+    assert isinstance(y, np.ndarray) and y.dtype == np.float16 and y.shape == (6,)
+    check(y.astype(np.float64), a, w)
+    out = np.full(6, np.nan, np.float16)
+    assert ig.gemv(a, w, out=out) is out and np.all(np.isfinite(out))
+    assert w.is_on_device  # uploaded once, kept
+
+
+def test_weights_move_to_the_device_once(rng):
+    a, w = make(rng, 4, 32)
+    assert not w.is_on_device
+    ig.gemv(a, w)
+    first = w.device_arrays()["words"]
+    ig.gemv(a, w)
+    assert w.device_arrays()["words"] is first
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(N=st.integers(1, 12), k_words=st.integers(1, 20), bs=st.sampled_from(ig.BLOCK_SIZES),
+       symmetric=st.booleans(), seed=st.integers(0, 2**31))
+def test_property_shapes_default(N, k_words, bs, symmetric, seed):
+    rng = np.random.default_rng(seed)
+    a, w = make(rng, N, 8 * k_words, bs, symmetric)
+    check(run(a, w), a, w)
+
+
+@settings(max_examples=4, deadline=None)
+@given(N=st.integers(1, 9), groups=st.integers(1, 5), symmetric=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_property_shapes_single_warp(N, groups, symmetric, seed):
+    rng = np.random.default_rng(seed)
+    a, w = make(rng, N, 32 * groups, 32, symmetric)
+    check(run(a, w, variant="single_warp"), a, w)
+
+
+def test_tunings_cover_the_documented_default():
+    assert single_warp.DEFAULT_TUNING in single_warp.TUNINGS
