@@ -1,0 +1,36 @@
+"""lifecycle: capture, replay and release of CUDA graphs owned by integer graph id.
+
+Importing this package touches no GPU. Start with :class:`GraphProvider` (or
+:func:`numba_provider` for Numba work); every CUDA call goes through a :class:`Driver`:
+:class:`RealDriver` on a GPU, :class:`SimDriver` on the CPU, :class:`FaultInjectingDriver` to make
+chosen calls fail.
+"""
+
+from .capture import Capture
+from .driver import STREAM_LEGACY, STREAM_PER_THREAD, CaptureMode, CaptureStatus, Driver, check
+from .errors import (
+    CaptureError,
+    ClosedError,
+    DeviceMismatchError,
+    DriverError,
+    GraphStateError,
+    LifecycleError,
+    StreamError,
+    UnknownGraphError,
+)
+from .faults import FaultInjectingDriver
+from .numba_glue import hold_deallocations, numba_provider
+from .provider import Counters, GraphProvider
+from .real_driver import RealDriver
+from .record import GraphState
+from .sim_driver import SimDriver
+from .staging import PinnedBuffer
+
+__all__ = [
+    "GraphProvider", "Capture", "Counters", "GraphState", "PinnedBuffer",
+    "Driver", "RealDriver", "SimDriver", "FaultInjectingDriver", "check",
+    "CaptureStatus", "CaptureMode", "STREAM_LEGACY", "STREAM_PER_THREAD",
+    "numba_provider", "hold_deallocations",
+    "LifecycleError", "DriverError", "CaptureError", "GraphStateError", "UnknownGraphError",
+    "StreamError", "DeviceMismatchError", "ClosedError",
+]

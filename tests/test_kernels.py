@@ -76,8 +76,9 @@ def test_single_warp_matches_reference_and_default(rng, symmetric):
 
 
 @pytest.mark.parametrize("cols, unroll, N, K, resident", [
-    (1, 1, 21, 544, False),  # 21 column groups > the simulator's 16-block grid: grid-stride loop
+    (1, 1, 41, 544, False),  # 41 column groups > the simulator's 32-block grid: grid-stride loop
     (2, 2, 5, 96, True),
+    (1, 2, 37, 64, True),    # resident and pipelined over more groups than blocks
     (8, 1, 9, 544, False),   # streaming: two K chunks, the second ragged
 ])
 def test_single_warp_tunings(rng, monkeypatch, cols, unroll, N, K, resident):

@@ -13,7 +13,8 @@ and reused from registers for every column. Warps are persistent: block ``b`` ta
   are reloaded for each column group.
 
 Per column group a lane issues all ``cols * unroll`` 8-byte weight loads (coalesced) and their
-scales before using any, folds each uint64 with two :func:`~int4gemv.kernels.nibbles.dot8`, and a
+scales before using any (in resident mode, one group ahead: the next group's loads are in flight
+while the current one is folded), folds each uint64 with two :func:`~int4gemv.kernels.nibbles.dot8`, and a
 warp-shuffle reduction per column finishes; lane 0 writes the outputs (+ bias).
 
 Index arithmetic is unsigned (no negative-index wraparound code) and loads are branch-free: an
@@ -38,7 +39,7 @@ TUNINGS = tuple((c, u) for c in (1, 2, 4, 8) for u in (1, 2, 4, 8) if c * u <= 3
 #: Default (cols, unroll), chosen by measurement on the H200 (bench/NOTES.md).
 DEFAULT_TUNING = (2, 4)
 #: Persistent grid: at most this many one-warp blocks per multiprocessor.
-BLOCKS_PER_SM = 16
+BLOCKS_PER_SM = 32
 
 
 def is_resident(K: int, unroll: int) -> bool:
@@ -72,6 +73,49 @@ def single_warp_kernel(cols: int, unroll: int, resident: bool):
                 s += v
             asum[u] = s
 
+    @cuda.jit(device=True, inline=True)
+    def load_group(words, scales, zero_points, has_zp, n_first, base, lane, N, nw, ng, nz,
+                   wv, sv, ov):
+        """Issue the weight, scale (and zero-point) loads of C columns x U words."""
+        for c in range(C):
+            n_c = min(n_first + uint64(c), N - ONE)
+            for u in range(U):
+                j_raw = base + lane + uint64(32 * u)
+                j = min(j_raw, nw - ONE)
+                wv[c, u] = words[n_c * nw + j]
+                s = float32(scales[n_c * ng + (j >> ONE)])
+                sv[c, u] = s if j_raw < nw else float32(0.0)
+                zp = float32(8.0)
+                if has_zp:
+                    byte = uint64(zero_points[n_c * nz + (j >> TWO)])
+                    zp = float32((byte >> (((j >> ONE) & ONE) << TWO)) & uint64(15))
+                ov[c, u] = float32(1.0) + zp * float32(1.0 / NIBBLE_SCALE)
+
+    @cuda.jit(device=True, inline=True)
+    def fold_group(wv, sv, ov, xa, asum, acc):
+        """acc[c] += sum over this lane's words of scale * (dot - offset * activation sum)."""
+        for c in range(C):
+            for u in range(U):
+                w = wv[c, u]
+                lo = np.uint32(w & uint64(0xFFFFFFFF))
+                hi = np.uint32(w >> uint64(32))
+                x = dot8(lo, xa[u, 0], xa[u, 1], xa[u, 2], xa[u, 3],
+                         xa[u, 4], xa[u, 5], xa[u, 6], xa[u, 7])
+                x += dot8(hi, xa[u, 8], xa[u, 9], xa[u, 10], xa[u, 11],
+                          xa[u, 12], xa[u, 13], xa[u, 14], xa[u, 15])
+                acc[c] += sv[c, u] * (x - ov[c, u] * asum[u])
+
+    @cuda.jit(device=True, inline=True)
+    def write_group(acc, n_first, lane, N, bias, has_bias, out):
+        """Reduce each column over the warp; lane 0 writes them (+ bias)."""
+        for c in range(C):
+            total = warp_sum(acc[c]) * float32(NIBBLE_SCALE)
+            n = n_first + uint64(c)
+            if lane == ZERO and n < N:
+                if has_bias:
+                    total += float32(bias[n])
+                out[n] = total
+
     @cuda.jit
     def kernel(a, words, scales, zero_points, has_zp, bias, has_bias, out, K):
         """a: fp16 [K]; words: uint64 [N * K/16]; scales: fp16 [N * K/32];
@@ -82,56 +126,48 @@ def single_warp_kernel(cols: int, unroll: int, resident: bool):
         ng = nw >> ONE               # quantization groups per column
         nz = (ng + ONE) >> ONE       # zero-point bytes per column
         groups = (N + uint64(C - 1)) // uint64(C)
+        stride = uint64(cuda.gridDim.x)
         acc = cuda.local.array(C, float32)
         wv = cuda.local.array((C, U), uint64)
         sv = cuda.local.array((C, U), float32)
         ov = cuda.local.array((C, U), float32)
         xa = cuda.local.array((U, 16), float32)
         asum = cuda.local.array(U, float32)
-        if resident:
-            load_activations(a, ZERO, lane, nw, xa, asum)
-
         g = uint64(cuda.blockIdx.x)
-        while g < groups:
-            n_first = g * uint64(C)
-            for c in range(C):
-                acc[c] = float32(0.0)
-            for base in range(ZERO, nw, uint64(CHUNK)):
-                if not resident:
+        if resident:
+            # Activations once; then a two-stage pipeline: the next group's loads are in
+            # flight while this group is folded.
+            nxt_w = cuda.local.array((C, U), uint64)
+            nxt_s = cuda.local.array((C, U), float32)
+            nxt_o = cuda.local.array((C, U), float32)
+            load_activations(a, ZERO, lane, nw, xa, asum)
+            load_group(words, scales, zero_points, has_zp, min(g, groups - ONE) * uint64(C), ZERO,
+                       lane, N, nw, ng, nz, nxt_w, nxt_s, nxt_o)
+            while g < groups:
+                for c in range(C):
+                    acc[c] = float32(0.0)
+                    for u in range(U):
+                        wv[c, u] = nxt_w[c, u]
+                        sv[c, u] = nxt_s[c, u]
+                        ov[c, u] = nxt_o[c, u]
+                g_next = g + stride
+                load_group(words, scales, zero_points, has_zp,
+                           min(g_next, groups - ONE) * uint64(C), ZERO, lane, N, nw, ng, nz,
+                           nxt_w, nxt_s, nxt_o)
+                fold_group(wv, sv, ov, xa, asum, acc)
+                write_group(acc, g * uint64(C), lane, N, bias, has_bias, out)
+                g = g_next
+        else:
+            while g < groups:
+                n_first = g * uint64(C)
+                for c in range(C):
+                    acc[c] = float32(0.0)
+                for base in range(ZERO, nw, uint64(CHUNK)):
                     load_activations(a, base, lane, nw, xa, asum)
-                # 1. Issue every weight and scale load of this column group before any use.
-                for c in range(C):
-                    n_c = min(n_first + uint64(c), N - ONE)
-                    for u in range(U):
-                        j_raw = base + lane + uint64(32 * u)
-                        j = min(j_raw, nw - ONE)
-                        wv[c, u] = words[n_c * nw + j]
-                        s = float32(scales[n_c * ng + (j >> ONE)])
-                        sv[c, u] = s if j_raw < nw else float32(0.0)
-                        zp = float32(8.0)
-                        if has_zp:
-                            byte = uint64(zero_points[n_c * nz + (j >> TWO)])
-                            zp = float32((byte >> (((j >> ONE) & ONE) << TWO)) & uint64(15))
-                        ov[c, u] = float32(1.0) + zp * float32(1.0 / NIBBLE_SCALE)
-                # 2. Fold every word into its column's accumulator.
-                for c in range(C):
-                    for u in range(U):
-                        w = wv[c, u]
-                        lo = np.uint32(w & uint64(0xFFFFFFFF))
-                        hi = np.uint32(w >> uint64(32))
-                        x = dot8(lo, xa[u, 0], xa[u, 1], xa[u, 2], xa[u, 3],
-                                 xa[u, 4], xa[u, 5], xa[u, 6], xa[u, 7])
-                        x += dot8(hi, xa[u, 8], xa[u, 9], xa[u, 10], xa[u, 11],
-                                  xa[u, 12], xa[u, 13], xa[u, 14], xa[u, 15])
-                        acc[c] += sv[c, u] * (x - ov[c, u] * asum[u])
-            # 3. Reduce each column over the warp; lane 0 writes them.
-            for c in range(C):
-                total = warp_sum(acc[c]) * float32(NIBBLE_SCALE)
-                n = n_first + uint64(c)
-                if lane == ZERO and n < N:
-                    if has_bias:
-                        total += float32(bias[n])
-                    out[n] = total
-            g += uint64(cuda.gridDim.x)
+                    load_group(words, scales, zero_points, has_zp, n_first, base, lane, N, nw,
+                               ng, nz, wv, sv, ov)
+                    fold_group(wv, sv, ov, xa, asum, acc)
+                write_group(acc, n_first, lane, N, bias, has_bias, out)
+                g += stride
 
     return kernel

@@ -36,6 +36,7 @@ class _CheckingBindings:
 
     def __init__(self):
         self.calls = []
+        self.args = {}
 
     def __getattr__(self, name):
         real = getattr(real_cu, name)
@@ -51,6 +52,7 @@ class _CheckingBindings:
                 assert isinstance(arg, expected) and not isinstance(arg, bool), \
                     f"{name}: {pname} should be {expected.__name__}, got {type(arg).__name__}"
             self.calls.append(name)
+            self.args[name] = args
             return (real_cu.CUresult.CUDA_SUCCESS, *[_OUTPUTS[t] for t in outputs])
 
         return fake
@@ -94,6 +96,9 @@ def test_every_call_matches_the_cuda_bindings_signature(checked):
     d.memcpy_htod_async(0x2000, ptr, 64, stream)
     d.mem_free_host(ptr)
     d.stream_destroy(stream)
+    assert checked.args["cuStreamBeginCapture"][1] == \
+        real_cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, "captures must be thread-local"
+    assert checked.args["cuStreamCreate"][0] == real_cu.CUstream_flags.CU_STREAM_NON_BLOCKING
     from lifecycle.driver import CALLS
     used = set(checked.calls)
     assert {c for c in CALLS.values() if c != "cuLaunchHostFunc"} <= used, "a Driver method is untested"
