@@ -86,16 +86,34 @@ def _device_view(name, x):
         raise TypeError(f"{name} is not a usable CUDA array: {exc}") from None
 
 
+def _describe(name, x):
+    """``(dtype, shape, strides in bytes)`` of a numpy, Numba or ``__cuda_array_interface__`` array."""
+    if isinstance(x, np.ndarray) or hasattr(x, "copy_to_host"):
+        return np.dtype(x.dtype), tuple(x.shape), tuple(x.strides)
+    try:
+        cai = x.__cuda_array_interface__
+        dtype, shape = np.dtype(cai["typestr"]), tuple(cai["shape"])
+    except Exception as exc:
+        raise TypeError(f"{name} has no usable __cuda_array_interface__: {exc}") from None
+    strides = cai.get("strides")
+    if strides is None:  # C-contiguous by the interface's definition
+        strides, acc = [], dtype.itemsize
+        for dim in reversed(shape):
+            strides.insert(0, acc)
+            acc *= dim
+    return dtype, shape, tuple(strides)
+
+
 def _check_array(name, x, shape_ok, expect, dtype=np.float16):
-    if np.dtype(x.dtype) != dtype:
-        raise TypeError(f"{name} must be {np.dtype(dtype)}; got {x.dtype}")
-    if not shape_ok(tuple(x.shape)):
-        raise ValueError(f"{name} must have shape {expect}; got {tuple(x.shape)}")
-    itemsize = np.dtype(dtype).itemsize
-    expected = itemsize
-    for dim, stride in zip(reversed(x.shape), reversed(x.strides)):
+    x_dtype, shape, strides = _describe(name, x)
+    if x_dtype != dtype:
+        raise TypeError(f"{name} must be {np.dtype(dtype)}; got {x_dtype}")
+    if not shape_ok(shape):
+        raise ValueError(f"{name} must have shape {expect}; got {shape}")
+    expected = x_dtype.itemsize
+    for dim, stride in zip(reversed(shape), reversed(strides)):
         if dim > 1 and stride != expected:
-            raise ValueError(f"{name} must be C-contiguous; got strides {tuple(x.strides)} for shape {tuple(x.shape)}")
+            raise ValueError(f"{name} must be C-contiguous; got strides {strides} for shape {shape}")
         expected *= dim
 
 
@@ -115,13 +133,12 @@ def _validate(a, w, bias, out):
     if not on_device and not isinstance(a, np.ndarray):
         raise TypeError(f"a must be a numpy array or a CUDA array (__cuda_array_interface__); "
                         f"got {type(a).__name__}")
-    if not hasattr(a, "dtype") or not hasattr(a, "shape"):
-        raise TypeError("a must have dtype and shape")
     K, N = w.K, w.N
-    if len(a.shape) not in (1, 2):
-        raise ValueError(f"a must have shape [K] or [M, K] with K={K}; got {tuple(a.shape)}")
+    _, a_shape, _ = _describe("a", a)
+    if len(a_shape) not in (1, 2):
+        raise ValueError(f"a must have shape [K] or [M, K] with K={K}; got {a_shape}")
     _check_array("a", a, lambda s: s[-1] == K and (len(s) == 1 or s[0] >= 1), f"[K] or [M, K] with K={K}")
-    M = 1 if len(a.shape) == 1 else a.shape[0]
+    M = 1 if len(a_shape) == 1 else a_shape[0]
     for name, x in (("bias", bias), ("out", out)):
         if x is None:
             continue
@@ -133,7 +150,7 @@ def _validate(a, w, bias, out):
     if bias is not None:
         _check_array("bias", bias, lambda s: s == (N,), f"[N] = [{N}]")
     if out is not None:
-        want = (N,) if len(a.shape) == 1 else (M, N)
+        want = (N,) if len(a_shape) == 1 else (M, N)
         _check_array("out", out, lambda s: s == want, f"{list(want)}")
     for name, x in (("a", a), ("bias", bias), ("out", out)):
         if x is not None and _pointer(x) % 2:
@@ -163,7 +180,7 @@ def explain(a, w, *, bias=None, out=None, variant=None) -> Plan:
     block, shared memory, the control that decided and the reason.
     """
     M, _ = _validate(a, w, bias, out)
-    return _plan(M, w, a.dtype, variant)
+    return _plan(M, w, np.float16, variant)
 
 
 def _bind(plan, a2, w, bias, out2):
@@ -221,7 +238,8 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
             bound.launch(_stream_handle(stream))
             return out
     M, on_device = _validate(a, w, bias, out)
-    plan = _plan(M, w, a.dtype, variant)
+    vector = len(_describe("a", a)[1]) == 1
+    plan = _plan(M, w, np.float16, variant)  # _validate accepted only fp16
     if not on_device:
         if stream is not None:
             raise ValueError("stream is only accepted with device arrays (the host path is synchronous)")
@@ -229,7 +247,7 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
         d_bias = None if bias is None else cuda.to_device(bias)
         d_out = cuda.device_array((M, w.N), np.float16)
         _bind(plan, d_a, w, d_bias, d_out).launch(0)
-        result = d_out.copy_to_host().reshape((w.N,) if a.ndim == 1 else (M, w.N))
+        result = d_out.copy_to_host().reshape((w.N,) if vector else (M, w.N))
         if out is not None:
             out[...] = result
             return out
@@ -239,7 +257,7 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
     d_bias = None if bias is None else _device_view("bias", bias)
     if out is None:
         d_out = cuda.device_array((M, w.N), np.float16)
-        result = d_out if len(a.shape) == 2 else d_out.reshape(w.N)
+        result = d_out.reshape(w.N) if vector else d_out
     else:
         result = out
         d_out = _device_view("out", out).reshape(M, w.N)
