@@ -1,17 +1,33 @@
 """int4gemv: INT4 weight-only GEMV in ONNX Runtime's MatMulNBits layout, as Numba CUDA kernels.
 
-Importing this package touches no GPU. Set ``NUMBA_ENABLE_CUDASIM=1`` before the first import to
-run the same kernels on Numba's CUDA simulator (tiny shapes only).
+Importing this package touches no GPU and does not import Numba: the public names below load on
+first use. Set ``NUMBA_ENABLE_CUDASIM=1`` before first use to run the same kernels on Numba's CUDA
+simulator (tiny shapes only).
 """
 
-from .api import explain, gemv
-from .controls import Controls, read_controls
-from .dispatch import Plan, plan_gemv, single_warp_eligibility
-from .reference import reference_gemv
-from .weights import BLOCK_SIZES, QuantizedWeight, quantize
+import importlib
 
 __all__ = [
     "QuantizedWeight", "quantize", "reference_gemv", "gemv", "explain", "Plan", "plan_gemv",
     "single_warp_eligibility", "read_controls", "Controls", "BLOCK_SIZES",
 ]
 __version__ = "0.1.0"
+
+_HOME = {
+    "QuantizedWeight": "weights", "quantize": "weights", "BLOCK_SIZES": "weights",
+    "reference_gemv": "reference", "gemv": "api", "explain": "api",
+    "Plan": "dispatch", "plan_gemv": "dispatch", "single_warp_eligibility": "dispatch",
+    "read_controls": "controls", "Controls": "controls",
+}
+
+
+def __getattr__(name):
+    if name in _HOME:
+        value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'int4gemv' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)
