@@ -1,0 +1,356 @@
+"""The benchmark command and its helpers.
+
+* Everywhere: ``python -m bench`` on Numba's simulator (tiny sizes, says it timed nothing, writes
+  JSON and text, refuses to write an autotune table from it); the autotune writer, the report and
+  the results loader/plotter on a synthetic timed document; workloads, merging, controls.
+* ``@pytest.mark.gpu``: pytest-benchmark suites over the workload's shapes — the default tiling,
+  the single-warp specialization, tuned variants (``BENCH_TUNINGS``, default a few; ``all`` for
+  every compiled one) and each available peer. One benchmark round is one replay of a CUDA graph
+  of ``launches`` launches over rotated weights; ``extra_info`` holds the event-timed per-launch µs.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import int4gemv
+from bench import autotune, report, results_io
+from bench.kernels_run import add_speedups
+from bench.merge import concat_weights
+from bench.methods import int4gemv_env, int4gemv_methods, parse_tunings
+from bench.workloads import (
+    bench_shapes,
+    load_workload,
+    select_shapes,
+    step_bytes,
+    step_projections,
+    weight_bytes,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD = load_workload()
+
+
+# -- a synthetic timed results document (what an H200 run writes, abridged) ---------------------------
+def synthetic_doc(device="NVIDIA H200", date="2025-01-02T03:04:05+00:00"):
+    """A timed results document with two shapes, four int4gemv methods, three peers, a decode step."""
+    copy_gbs = 4248.0
+    rows = []
+    times = {"default": 60.0, "single_warp": 45.0, "sw 4x2": 41.2, "auto": 41.3,
+             "tinygemm": 50.0, "torch.mv": 160.0, "dequant+mv": 400.0}
+    tunings = {"single_warp": (2, 4), "sw 4x2": (4, 2), "auto": (4, 2)}
+    for label, names, N, K, scale in (("q_proj/o_proj", ["q_proj", "o_proj"], 2048, 2048, 0.05),
+                                      ("lm_head", ["lm_head"], 151936, 2048, 1.0)):
+        nbytes = weight_bytes(N, K)
+        for method, us in times.items():
+            us *= scale
+            peer = method in ("tinygemm", "torch.mv", "dequant+mv")
+            b = N * K * 2 if method == "torch.mv" else nbytes
+            row = dict(shape=label, names=names, N=N, K=K, merged=False, per_step=1, bytes=b, method=method,
+                       family="peer" if peer else "int4gemv", us=us, p10_us=us * 0.98, p90_us=us * 1.02,
+                       replays=30, launches=20, gbs=b / us / 1e3, pct_copy=100 * b / (us * 1e-6) / (copy_gbs * 1e9),
+                       eager_us=us + 30, rel_err=1e-3)
+            if not peer:
+                cols, unroll = tunings.get(method, (None, None))
+                row.update(variant="default" if method == "default" else ("auto" if method == "auto" else "single_warp"),
+                           kernel="default" if method == "default" else "single_warp", cols=cols, unroll=unroll,
+                           ok=True, all_written=True)
+            rows.append(row)
+    add_speedups(rows)
+    floor = 967753728 / (copy_gbs * 1e9) * 1e6
+    configs = []
+    for layout, launches, us in (("separate", 197, 400.0), ("merged", 113, 330.0)):
+        configs.append(dict(layout=layout, variant="single_warp", launches=launches, max_rel_err=1e-3, checked=20,
+                            us=us, p10_us=us, p90_us=us, replays=30, gbs=967753728 / us / 1e3,
+                            pct_copy=100 * floor / us, x_floor=us / floor, eager_us=us * 20,
+                            **({"max_abs_diff_vs_separate": 0.0} if layout == "merged" else {})))
+    return {
+        "schema": 1, "kind": "int4gemv-bench", "timed": True,
+        "device": {"name": device, "simulated": False}, "versions": {"python": "3.12"},
+        "git": {"commit": "0123456789abcdef", "dirty": False}, "date": date, "command": "python -m bench",
+        "copy_bandwidth_gbs": copy_gbs, "rows": rows,
+        "method": {"replays": 30, "rotate_bytes": 256 * 2**20},
+        "peers": {"tinygemm": {"available": True, "reason": "torch"}, "torch.mv": {"available": True},
+                  "dequant+mv": {"available": True}, "gemlite": {"available": False, "reason": "gemlite is not installed"}},
+        "decode_step": {"workload": "qwen3-vl-2b-decode", "owner": "lifecycle", "bytes": 967753728, "timed": True,
+                        "launches": {"separate": 197, "merged": 113}, "floor_us": floor, "copy_gbs": copy_gbs,
+                        "configs": configs},
+        "problems": [], "ok": True,
+    }
+
+
+# -- workloads ----------------------------------------------------------------------------------------------
+def test_the_decode_step_workload_has_197_projections_of_0_97_gb_and_a_228_us_floor():
+    separate = step_projections(WORKLOAD, merged=False)
+    merged = step_projections(WORKLOAD, merged=True)
+    assert (len(separate), len(merged)) == (197, 28 * 4 + 1)
+    assert step_bytes(separate) == step_bytes(merged) == 967_753_728
+    assert step_bytes(separate) / 4.25e12 * 1e6 == pytest.approx(227.7, abs=0.1)
+    assert {(x.name, x.N) for x in merged if x.parts} == {("qkv_proj", 4096), ("gate_up_proj", 12288)}
+
+
+def test_bench_shapes_are_the_distinct_shapes_then_the_merged_ones():
+    shapes = bench_shapes(WORKLOAD)
+    assert [(s.N, s.K) for s in shapes] == [(2048, 2048), (1024, 2048), (6144, 2048), (2048, 6144),
+                                           (151936, 2048), (4096, 2048), (12288, 2048)]
+    assert shapes[0].names == ("q_proj", "o_proj") and shapes[0].per_step == 56
+    assert select_shapes(shapes, ["lm_head", "2048x6144", "qkv_proj"]) == [shapes[4], shapes[3], shapes[5]]
+    with pytest.raises(ValueError, match="unknown shape 'nope'.*gate_up_proj"):
+        select_shapes(shapes, ["nope"])
+
+
+# -- merging ------------------------------------------------------------------------------------------------
+def test_a_merged_weight_computes_the_parts_outputs_concatenated(rng):
+    a = rng.standard_normal(64).astype(np.float16)
+    parts = [int4gemv.quantize(rng.standard_normal((n, 64)).astype(np.float32), 32, symmetric=sym)
+             for n, sym in ((8, True), (4, False), (12, True))]
+    merged = concat_weights(parts)
+    assert (merged.N, merged.K, merged.block_size) == (24, 64, 32)
+    np.testing.assert_array_equal(merged.dequantize(), np.concatenate([p.dequantize() for p in parts]))
+    np.testing.assert_array_equal(int4gemv.reference_gemv(a, merged),
+                                  np.concatenate([int4gemv.reference_gemv(a, p) for p in parts]))
+    assert merged.nbytes == sum(p.packed.nbytes + p.scales.nbytes for p in parts) + merged.zero_points.nbytes
+
+
+def test_merging_weights_of_different_k_is_refused(rng):
+    w1 = int4gemv.quantize(rng.standard_normal((8, 64)).astype(np.float32))
+    w2 = int4gemv.quantize(rng.standard_normal((8, 32)).astype(np.float32))
+    with pytest.raises(ValueError, match="K=32"):
+        concat_weights([w1, w2])
+
+
+# -- methods and controls -------------------------------------------------------------------------------------
+def test_tunings_parse_and_methods_skip_the_default_tuning():
+    from int4gemv.kernels.single_warp import DEFAULT_TUNING, TUNINGS
+
+    assert parse_tunings("all") == list(TUNINGS) and parse_tunings("none") == []
+    assert parse_tunings("4x2,8x1") == [(4, 2), (8, 1)]
+    with pytest.raises(ValueError, match="not compiled"):
+        parse_tunings("8x8")
+    names = [m.name for m in int4gemv_methods(TUNINGS)]
+    assert names[:2] == ["default", "single_warp"] and names[-1] == "auto"
+    assert f"sw {DEFAULT_TUNING[0]}x{DEFAULT_TUNING[1]}" not in names and len(names) == len(TUNINGS) + 2
+
+
+def test_int4gemv_env_sets_and_restores_the_controls(monkeypatch):
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", "2")
+    with int4gemv_env(single_warp="1", cols=4, unroll=2):
+        assert int4gemv.read_controls().mode == "on"
+        assert (int4gemv.read_controls().cols, int4gemv.read_controls().unroll) == (4, 2)
+    assert os.environ["INT4GEMV_SINGLE_WARP_COLS"] == "2"
+    assert "INT4GEMV_SINGLE_WARP" not in os.environ and "INT4GEMV_SINGLE_WARP_UNROLL" not in os.environ
+
+
+# -- the command on the simulator ----------------------------------------------------------------------------
+def test_the_command_runs_on_the_simulator_and_says_it_timed_nothing(tmp_path):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "bench", "--simulate", "--out", str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing was timed" in done.stdout
+    (json_path,) = tmp_path.glob("*.json")
+    assert not list(tmp_path.glob("*.png"))            # no chart without timings
+    assert list(tmp_path.glob("*.txt"))
+    doc = json.loads(json_path.read_text())
+    assert doc["timed"] is False and doc["ok"] is True and doc["device"]["simulated"] is True
+    assert {"versions", "git", "date", "command"} <= set(doc)
+    assert [r["method"] for r in doc["rows"]] == ["default", "single_warp", "sw 8x1"]
+    assert all(r["ok"] and "us" not in r for r in doc["rows"])
+    step = doc["decode_step"]
+    assert [(c["layout"], c["launches"]) for c in step["configs"]] == [("separate", 8), ("merged", 5)]
+    assert all(c["max_rel_err"] < 1e-2 and "us" not in c for c in step["configs"])
+    assert step["configs"][1]["max_abs_diff_vs_separate"] == 0.0
+    assert step["configs"][0]["counters_captured"]["pinned_bytes"] == step["staged_input_bytes"]
+    assert step["configs"][0]["counters_released"]["graphs_alive"] == 0
+    assert step["counters_closed"] == {"graphs_alive": 0, "pinned_buffers": 0, "pinned_bytes": 0, "pending_cleanup": 0}
+    assert all(not p["available"] for p in doc["peers"].values())
+
+    from bench.__main__ import main
+
+    table = tmp_path / "autotune_table.json"
+    assert main(["--write-autotune", str(table), "--from", str(json_path)]) == 2
+    assert not table.exists()
+
+
+def test_command_line_errors_exit_with_status_2():
+    from bench.__main__ import parse_args
+
+    for argv in (["--replays", "5"], ["--rotate-mb", "64"], ["--from", "x.json"]):
+        with pytest.raises(SystemExit) as exc:
+            parse_args(argv)
+        assert exc.value.code == 2
+
+
+# -- the autotune table --------------------------------------------------------------------------------------
+def test_the_autotune_table_picks_the_faster_path_per_shape_and_dispatch_reads_it(tmp_path):
+    from int4gemv.controls import Controls
+    from int4gemv.dispatch import plan_gemv
+
+    doc = synthetic_doc()
+    for r in doc["rows"]:  # make the default tiling win on lm_head
+        if r["shape"] == "lm_head" and r["family"] == "int4gemv" and r["method"] != "default":
+            r["us"] *= 10
+    results = tmp_path / "h200.json"
+    results.write_text(json.dumps(doc))
+    path = tmp_path / "autotune_table.json"
+    path.write_text(json.dumps({"schema": 1, "devices": {"Other GPU": {"source": "x", "entries": []}}}))
+
+    from bench.__main__ import main
+
+    assert main(["--write-autotune", str(path), "--from", str(results)]) == 0
+    table = json.loads(path.read_text())
+    assert set(table["devices"]) == {"Other GPU", "NVIDIA H200"}           # other devices kept
+    entries = {(e["N"], e["K"]): e for e in table["devices"]["NVIDIA H200"]["entries"]}
+    assert entries[(2048, 2048)] == {"N": 2048, "K": 2048, "variant": "single_warp", "cols": 4, "unroll": 2,
+                                     "note": "single_warp 4x2 2.1 us vs default 3.0 us"}
+    assert entries[(151936, 2048)]["variant"] == "default" and entries[(151936, 2048)]["cols"] is None
+
+    loaded = {gpu: {(e["N"], e["K"]): e for e in d["entries"]} for gpu, d in table["devices"].items()}
+    auto = Controls("auto", "INT4GEMV_SINGLE_WARP=auto")
+    plan = plan_gemv(1, 2048, 2048, 32, np.float16, auto, "NVIDIA H200", loaded)
+    assert (plan.kernel, plan.cols, plan.unroll) == ("single_warp", 4, 2)
+    assert plan_gemv(1, 151936, 2048, 32, np.float16, auto, "NVIDIA H200", loaded).kernel == "default"
+
+
+def test_an_untimed_document_gives_no_autotune_table():
+    doc = synthetic_doc()
+    doc["timed"] = False
+    with pytest.raises(ValueError, match="timed nothing"):
+        autotune.table_entries(doc)
+
+
+# -- report and results --------------------------------------------------------------------------------------
+def test_the_report_writes_json_table_and_chart_and_the_loader_finds_the_newest(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib draws the chart (a test and bench extra)")
+    old, new = synthetic_doc(date="2025-01-01T00:00:00+00:00"), synthetic_doc(date="2025-02-01T00:00:00+00:00")
+    new["rows"][0]["us"] = 1.0
+    report.write_files(old, tmp_path)
+    paths = report.write_files(new, tmp_path)
+    assert set(paths) == {"json", "txt", "png"} and all(p.exists() for p in paths.values())
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG"
+    latest = results_io.load_latest(tmp_path)
+    assert latest["date"] == new["date"] and latest["rows"][0]["us"] == 1.0
+    text = results_io.describe(latest)
+    assert "NVIDIA H200" in text and "decode step" in text and "byte floor 227.8 µs" in text
+    table = report.format_table(new)
+    assert "x tinygemm" in table and "x torch.mv" in table and "gemlite" not in table.splitlines()[0]
+    assert "gemlite (gemlite is not installed)" in report.format_summary(new)
+    assert results_io.plot(latest) is not None
+
+
+def test_with_no_results_the_loader_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path))
+    assert results_io.load_latest() is None
+    assert "No benchmark results are committed yet" in results_io.describe(None)
+    assert results_io.plot(None) is None
+
+
+def test_the_progress_line_without_tqdm(monkeypatch, capsys):
+    import builtins
+    import io
+
+    from bench.progress import Progress
+
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__",
+                        lambda name, *a, **k: (_ for _ in ()).throw(ImportError) if name == "tqdm" else real_import(name, *a, **k))
+    out = io.StringIO()
+    with Progress(2, "bench", stream=out) as p:
+        p.step("one")
+        p.step("two")
+    assert "bench [0/2 done] one" in out.getvalue() and "bench [2/2 done]" in out.getvalue()
+
+
+def test_host_side_planning_cost(benchmark):
+    """The host work a gemv call does before launching: controls and plan (cached)."""
+    a = np.zeros(2048, np.float16)
+    w = int4gemv.QuantizedWeight(np.zeros((2048, 64, 16), np.uint8), np.ones((2048, 64), np.float16),
+                                 K=2048, N=2048, block_size=32)
+    plan = benchmark.pedantic(int4gemv.explain, args=(a, w), kwargs={"variant": "single_warp"},
+                              rounds=200, iterations=5, warmup_rounds=5)
+    assert plan.kernel == "single_warp"
+
+
+# -- GPU: pytest-benchmark suites over the workload ------------------------------------------------------------
+def _suite_methods():
+    from bench.gpu_run import QUICK_TUNINGS
+    from bench.peers import PEERS
+
+    spec = os.environ.get("BENCH_TUNINGS")
+    tunings = parse_tunings(spec) if spec else QUICK_TUNINGS
+    return {m.name: m for m in int4gemv_methods(tunings)}, PEERS
+
+
+_METHODS, _PEERS = _suite_methods()
+_CASES = [(s, m) for s in bench_shapes(WORKLOAD) for m in list(_METHODS) + list(_PEERS)]
+
+
+class _GpuSession:
+    """Copy bandwidth once; one shape's rotated weights at a time."""
+
+    def __init__(self):
+        from bench.timing import copy_bandwidth
+
+        self.copy_bw = copy_bandwidth()
+        self.setup = None
+
+    def setup_for(self, shape):
+        from bench.device_weights import ROTATE_BYTES
+        from bench.kernels_run import ShapeSetup
+
+        if self.setup is None or self.setup.shape != shape:
+            self.close()
+            self.setup = ShapeSetup(shape, rotate_bytes=ROTATE_BYTES)
+        return self.setup
+
+    def close(self):
+        if self.setup is not None:
+            self.setup.close()
+            self.setup = None
+
+
+@pytest.fixture(scope="module")
+def gpu_session():
+    session = _GpuSession()
+    yield session
+    session.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("shape", "method"), _CASES, ids=[f"{s.label}-{m.replace(' ', '')}" for s, m in _CASES])
+def test_benchmark_gemv(benchmark, gpu_session, shape, method):
+    from bench.device_weights import ROTATE_BYTES
+    from bench.kernels_run import REL_ERR_OK
+    from bench.timing import MIN_LAUNCHES, GraphTimer
+
+    setup = gpu_session.setup_for(shape)
+    if method in _METHODS:
+        m = _METHODS[method]
+        with m.env():
+            issue = setup.issue_for(m)
+            rel_err, written = setup.check(issue)
+            timer = GraphTimer(issue, max(len(setup.weights), MIN_LAUNCHES), setup.stream)
+        nbytes, keep = setup.nbytes, None
+        assert written and rel_err <= REL_ERR_OK
+    else:
+        ok, why = _PEERS[method].available()
+        if not ok:
+            pytest.skip(f"{method}: {why}")
+        keep = _PEERS[method].prepare(shape.N, shape.K, shared=setup.weights, x=setup.x, ref=setup.ref,
+                                      rotate_bytes=ROTATE_BYTES)
+        rel_err = keep.check() if keep.check else None
+        timer = GraphTimer(keep.issue, max(keep.copies, MIN_LAUNCHES), setup.stream)
+        nbytes = keep.nbytes
+    t = timer.measure(replays=20)
+    benchmark.extra_info.update(N=shape.N, K=shape.K, launches_per_round=timer.launches, us_per_launch=t.us,
+                                gbs=nbytes / t.us / 1e3, pct_copy=100 * nbytes / (t.us * 1e-6) / gpu_session.copy_bw,
+                                rel_err=rel_err)
+    benchmark.pedantic(timer.replay_and_wait, rounds=20, warmup_rounds=2, iterations=1)
+    timer.close()
+    if keep is not None:
+        keep.keep.clear()
