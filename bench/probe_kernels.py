@@ -23,6 +23,7 @@ def _parse():
     p.add_argument("--tunings", default="1x4,2x4,4x4,8x4,2x8,4x2,4x8,8x2")
     p.add_argument("--rotate-mb", type=int, default=512)
     p.add_argument("--replays", type=int, default=30)
+    p.add_argument("--modes", default="shared", help="single-warp activation modes to compare")
     return p.parse_args()
 
 
@@ -70,7 +71,8 @@ def main():
         ref = _ref_torch(torch, w, a_h, bias_h)
         a_d = cuda.to_device(a_h)
         bias_d = cuda.to_device(bias_h)
-        variants = [("default", None)] + [("single_warp", t) for t in tunings]
+        variants = [("default", None, None)] + [("single_warp", t, m) for m in args.modes.split(",")
+                                                 for t in tunings]
         # Rotated copies for timing: random bytes and scales generated on the device.
         nbytes = w.nbytes
         copies = max(2, -(-args.rotate_mb * 2**20 // nbytes))
@@ -87,7 +89,11 @@ def main():
             ww._keep = (pk, sc)
             rot.append(ww)
         out_d = cuda.device_array(N, np.float16)
-        for vname, tun in variants:
+        for vname, tun, mode in variants:
+            if mode:
+                from int4gemv.kernels import single_warp as _sw
+                _sw.PREFERRED = mode
+                ig.api._cached_plan.cache_clear()
             env = {}
             if tun:
                 env = {"INT4GEMV_SINGLE_WARP_COLS": str(tun[0]), "INT4GEMV_SINGLE_WARP_UNROLL": str(tun[1])}
@@ -122,7 +128,7 @@ def main():
                         ts.append(e0.elapsed_time(e1) * 1e-3 / G)
                 t = float(np.median(ts))
                 plan = ig.explain(a_d, w, variant=vname)
-                label = vname if not tun else f"sw{tun[0]}x{tun[1]}"
+                label = vname if not tun else f"sw{tun[0]}x{tun[1]}{(mode or '')[:3]}"
                 rec = dict(shape=name, N=N, K=K, variant=label, us=t * 1e6, gbs=nbytes / t / 1e9,
                            pct_copy=100 * nbytes / t / copy_bw, rel_err=err, all_written=written,
                            kernel=plan.kernel, single_eager_us=single_us, spread_us=float((np.percentile(ts, 90) - np.percentile(ts, 10)) * 1e6))
@@ -172,7 +178,8 @@ def main():
     # Registers, local memory, SASS instruction mix.
     sass_info = {}
     for label, kern in [("default", default_kernel)] + [
-            (f"sw{c}x{u}", single_warp_kernel(c, u, True)) for c, u in tunings]:
+            (f"sw{c}x{u}{m[:3]}", single_warp_kernel(c, u, m, False)) for c, u in tunings
+            for m in args.modes.split(",")]:
         for sig, k in kern.overloads.items():
             regs = k.regs_per_thread
             local = k.local_mem_per_thread

@@ -41,7 +41,8 @@ class Plan:
     block_size: int
     cols: int | None = None     # single-warp tuning
     unroll: int | None = None
-    resident: bool | None = None  # single-warp: activations held in registers for all of K
+    activations: str | None = None  # single-warp: "shared", "registers" or "streaming"
+    dynamic_shared_bytes: int = 0   # part of shared_bytes requested at launch
     tuning: str | None = None   # where the tuning came from
     warnings: tuple = ()
 
@@ -52,7 +53,7 @@ class Plan:
     def __str__(self):
         tuning = "" if self.cols is None else (
             f" (cols={self.cols}, unroll={self.unroll}, "
-            f"{'resident' if self.resident else 'streaming'} activations; {self.tuning})")
+            f"{self.activations} activations; {self.tuning})")
         lines = [
             f"kernel   : {self.kernel}{tuning}",
             f"problem  : M={self.M} N={self.N} K={self.K} block_size={self.block_size}",
@@ -143,6 +144,8 @@ def plan_gemv(M, N, K, block_size, a_dtype, controls: Controls, device_name=None
     if (cols, unroll) not in single_warp.TUNINGS:
         raise ValueError(f"{controls.tuning_source}: (cols={cols}, unroll={unroll}) is not a compiled "
                          f"tuning; accepted (cols, unroll): {single_warp.TUNINGS}")
-    grid, block, shared = single_warp.geometry(N, cols, multiprocessors)
+    grid, block = single_warp.geometry(N, cols, multiprocessors)
+    mode = single_warp.activation_mode(K, unroll)
+    shared = single_warp.shared_bytes(K, mode)
     return Plan("single_warp", grid, block, shared, reason=reason, cols=cols, unroll=unroll,
-                resident=single_warp.is_resident(K, unroll), tuning=tuning_src, **base)
+                activations=mode, dynamic_shared_bytes=shared, tuning=tuning_src, **base)

@@ -58,9 +58,9 @@ def _scalar_param(value):
 class BoundLaunch:
     """One kernel with fixed arguments and geometry; ``launch(stream_handle)`` runs it."""
 
-    __slots__ = ("_driver", "_function", "_grid", "_block", "_params", "_values")
+    __slots__ = ("_driver", "_function", "_grid", "_block", "_shared", "_params", "_values")
 
-    def __init__(self, dispatcher, args, grid, block):
+    def __init__(self, dispatcher, args, grid, block, shared=0):
         from cuda.bindings import driver
         from numba.cuda.typing.typeof import Purpose, typeof
 
@@ -71,7 +71,7 @@ class BoundLaunch:
         handle = kernel._codelibrary.get_cufunc().handle
         self._driver = driver
         self._function = driver.CUfunction(int(handle))
-        self._grid, self._block = tuple(grid), tuple(block)
+        self._grid, self._block, self._shared = tuple(grid), tuple(block), int(shared)
         values = []
         for a in args:
             values += _array_params(a) if hasattr(a, "__cuda_array_interface__") else _scalar_param(a)
@@ -80,8 +80,9 @@ class BoundLaunch:
 
     def launch(self, stream_handle: int = 0):
         g, b = self._grid, self._block
-        (err,) = self._driver.cuLaunchKernel(self._function, g[0], g[1], g[2], b[0], b[1], b[2], 0,
-                                             stream_handle, ctypes.addressof(self._params), 0)
+        (err,) = self._driver.cuLaunchKernel(self._function, g[0], g[1], g[2], b[0], b[1], b[2],
+                                             self._shared, stream_handle,
+                                             ctypes.addressof(self._params), 0)
         if err != self._driver.CUresult.CUDA_SUCCESS:
             raise CudaCallError("cuLaunchKernel", err)
 
@@ -91,15 +92,16 @@ class _NumbaLaunch:
 
     __slots__ = ("_kernel", "_args")
 
-    def __init__(self, dispatcher, args, grid, block):
-        self._kernel, self._args = dispatcher[tuple(grid), tuple(block)], args
+    def __init__(self, dispatcher, args, grid, block, shared=0):
+        self._kernel, self._args = dispatcher[tuple(grid), tuple(block), 0, shared], args
 
     def launch(self, stream_handle=0):
         self._kernel(*self._args)
 
 
-def bind(dispatcher, args, grid, block):
-    """A launch of ``dispatcher`` with ``args`` bound (compiling for their types if needed)."""
+def bind(dispatcher, args, grid, block, shared=0):
+    """A launch of ``dispatcher`` with ``args`` bound (compiling for their types if needed);
+    ``shared`` is the dynamic shared memory in bytes."""
     if SIMULATED:
-        return _NumbaLaunch(dispatcher, args, grid, block)
-    return BoundLaunch(dispatcher, args, grid, block)
+        return _NumbaLaunch(dispatcher, args, grid, block, shared)
+    return BoundLaunch(dispatcher, args, grid, block, shared)

@@ -243,6 +243,25 @@ def test_the_report_writes_json_table_and_chart_and_the_loader_finds_the_newest(
     assert results_io.plot(latest) is not None
 
 
+def test_the_decode_step_lines_count_the_step_launches_not_the_replays():
+    doc = synthetic_doc()
+    for c in doc["decode_step"]["configs"]:
+        c["launches"] = 1  # what results written before the fix recorded (one replay per timing)
+    summary = report.format_summary(doc)
+    assert "197 launches:" in summary and "113 launches:" in summary
+
+
+def test_committed_results_load_describe_and_plot():
+    pytest.importorskip("matplotlib", reason="matplotlib draws the chart (a test and bench extra)")
+    paths = results_io.list_results(results_io.RESULTS_DIR)
+    if not paths:
+        pytest.skip("no results committed in bench/results yet")
+    for path in paths:
+        doc = results_io.load(path)
+        assert doc["device"]["name"] in results_io.describe(doc)
+        assert (results_io.plot(doc) is not None) == bool(doc.get("timed"))
+
+
 def test_with_no_results_the_loader_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path))
     assert results_io.load_latest() is None

@@ -75,18 +75,24 @@ def test_single_warp_matches_reference_and_default(rng, symmetric):
     assert ig.explain(a, w, variant="single_warp").kernel == "single_warp"
 
 
-@pytest.mark.parametrize("cols, unroll, N, K, resident", [
-    (1, 1, 41, 544, False),  # 41 column groups > the simulator's 32-block grid: grid-stride loop
-    (2, 2, 5, 96, True),
-    (1, 2, 37, 64, True),    # resident and pipelined over more groups than blocks
-    (8, 1, 9, 544, False),   # streaming: two K chunks, the second ragged
+@pytest.mark.parametrize("cols, unroll, N, K, mode", [
+    (1, 1, 41, 544, "streaming"),  # 41 column groups > the simulator's 32-block grid
+    (1, 1, 41, 544, "shared"),     # shared, two K chunks per group
+    (2, 2, 5, 96, "registers"),
+    (1, 2, 37, 64, "registers"),   # pipelined over more groups than blocks
+    (1, 2, 37, 64, "shared"),
+    (8, 1, 9, 544, "streaming"),   # two K chunks, the second ragged
 ])
-def test_single_warp_tunings(rng, monkeypatch, cols, unroll, N, K, resident):
+def test_single_warp_tunings(rng, monkeypatch, request, cols, unroll, N, K, mode):
+    from int4gemv.kernels import single_warp
+    monkeypatch.setattr(single_warp, "PREFERRED", mode)
+    ig.api._cached_plan.cache_clear()  # plans are cached per shape and controls
+    request.addfinalizer(ig.api._cached_plan.cache_clear)
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", str(cols))
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP_UNROLL", str(unroll))
     a, w = make(rng, N, K, 32, symmetric=False)
     plan = ig.explain(a, w, variant="single_warp")
-    assert (plan.cols, plan.unroll, plan.resident) == (cols, unroll, resident)
+    assert (plan.cols, plan.unroll, plan.activations) == (cols, unroll, mode)
     check(run(a, w, variant="single_warp"), a, w)
 
 
