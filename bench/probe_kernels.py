@@ -94,6 +94,8 @@ def main():
                 from int4gemv.kernels import single_warp as _sw
                 _sw.PREFERRED = mode
                 ig.api._cached_plan.cache_clear()
+                for r in rot + [w]:  # bound launches are cached per weight, not per mode
+                    r._launches.clear()
             env = {}
             if tun:
                 env = {"INT4GEMV_SINGLE_WARP_COLS": str(tun[0]), "INT4GEMV_SINGLE_WARP_UNROLL": str(tun[1])}

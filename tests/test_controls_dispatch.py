@@ -90,8 +90,7 @@ def test_forced_single_warp_and_its_geometry():
     p = plan(read_controls(None, {PRIMARY: "1"}), N=4097)
     assert p.kernel == "single_warp" and (p.cols, p.unroll) == single_warp.DEFAULT_TUNING
     assert p.grid == (min(-(-4097 // p.cols), 132 * single_warp.BLOCKS_PER_SM), 1, 1)
-    assert p.block == (32, 1, 1) and p.activations == "shared"
-    assert p.shared_bytes == p.dynamic_shared_bytes == 4 * (2048 + 2048 // 16)
+    assert p.block == (32, 1, 1) and p.activations == "registers" and p.shared_bytes == 0
     assert PRIMARY in p.control and "eligible" in p.reason
 
 
@@ -99,6 +98,16 @@ def test_forced_on_ineligible_shape_falls_back_and_says_why():
     p = plan(read_controls(None, {LEGACY: "1"}), bs=64)
     assert p.kernel == "default" and "ineligible" in p.reason and "block_size is 64" in p.reason
     assert "legacy alias" in p.control
+
+
+def test_activation_modes(monkeypatch):
+    monkeypatch.setattr(single_warp, "PREFERRED", "shared")
+    p = plan(read_controls("single_warp", {}))
+    assert p.activations == "shared"
+    assert p.shared_bytes == p.dynamic_shared_bytes == 4 * (2048 + 2048 // 16)
+    assert plan(read_controls("single_warp", {}), K=16384).activations == "streaming"
+    monkeypatch.setattr(single_warp, "PREFERRED", "registers")
+    assert plan(read_controls("single_warp", {}), K=6144).activations == "streaming"
 
 
 def test_tuning_overrides():
