@@ -13,6 +13,7 @@ Modules (one concept each):
 * :mod:`bench.owned_graph`    int4gemv launches captured into lifecycle's owned graphs
 * :mod:`bench.decode_step`    a whole decode step as one owned graph, separate and merged
 * :mod:`bench.kernels_run`    the per-shape measurements on a GPU
+* :mod:`bench.gpu_run`        the whole command on a GPU (copy bandwidth, shapes, decode step)
 * :mod:`bench.simulated`      the same command on Numba's simulator (tiny, timing nothing)
 * :mod:`bench.report`         terminal table, JSON and PNG files
 * :mod:`bench.results_io`     loading and plotting results (for notebooks)

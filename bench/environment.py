@@ -48,8 +48,11 @@ def _run(cmd) -> str | None:
 
 
 def git_info() -> dict:
-    commit = os.environ.get("BENCH_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"])
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+    given = os.environ.get("BENCH_GIT_COMMIT")
+    commit = _run(["git", "rev-parse", "HEAD"])
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"]) if commit else None
+    if given:
+        return {"commit": given, "dirty": None, "source": "BENCH_GIT_COMMIT"}
     return {"commit": commit or "unknown (no git repository; set BENCH_GIT_COMMIT)",
             "dirty": None if status is None else bool(status)}
 

@@ -116,8 +116,18 @@ def _peer_row(setup, peer, copy_bw, replays, eager_calls, rotate_bytes):
 def measure_shape(shape, methods, peers, *, copy_bw, replays, rotate_bytes, eager_calls=EAGER_CALLS,
                   progress=None, seed=0) -> list:
     """Rows for every method and peer on ``shape``; speed-ups against each peer filled in."""
-    setup = ShapeSetup(shape, rotate_bytes=rotate_bytes, seed=seed)
     rows = []
+    try:
+        setup = ShapeSetup(shape, rotate_bytes=rotate_bytes, seed=seed)
+    except Exception as exc:  # noqa: BLE001 - e.g. out of memory: every row reports it, the run goes on
+        error = f"setting up {shape.label} failed: {exc!r}"[:400]
+        for m in list(methods) + list(peers):
+            if progress:
+                progress.step(f"{shape.label} {m.name}")
+            family = "peer" if m in peers else "int4gemv"
+            rows.append(_row(shape, None, copy_bw, None, None, family=family, method=m.name, error=error,
+                             **({"ok": False} if family == "int4gemv" else {})))
+        return rows
     try:
         for method in methods:
             if progress:

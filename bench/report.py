@@ -24,6 +24,14 @@ def _num(value, fmt):
     return format(value, fmt)
 
 
+def _bytes(n):
+    return f"{n / 1e9:.3f} GB" if n >= 1e8 else f"{n} bytes"
+
+
+def _short(label, width=24):
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
 def _peer_names(doc):
     return [name for name, p in doc.get("peers", {}).items() if p.get("available")]
 
@@ -36,7 +44,7 @@ def format_table(doc) -> str:
     lines = [head, "-" * len(head)]
     last = None
     for r in doc["rows"]:
-        shape = r["shape"] if r["shape"] != last else ""
+        shape = _short(r["shape"]) if r["shape"] != last else ""
         last = r["shape"]
         speed = r.get("speedup", {})
         err = r.get("rel_err")
@@ -74,10 +82,10 @@ def format_summary(doc) -> str:
         for shape in dict.fromkeys(r["shape"] for r in doc["rows"]):
             best = _best(doc["rows"], shape)
             if best is None:
-                lines.append(f"  {shape:24} no int4gemv timing")
+                lines.append(f"  {_short(shape):24} no int4gemv timing")
                 continue
             vs = ", ".join(f"{best['speedup'][p]:.2f}x {p}" for p in peers if p in best.get("speedup", {}))
-            lines.append(f"  {shape:24} best {best['method']:12} {best['us']:8.2f} µs {best['pct_copy']:5.1f}% "
+            lines.append(f"  {_short(shape):24} best {best['method']:12} {best['us']:8.2f} µs {best['pct_copy']:5.1f}% "
                          f"of copy; {vs}")
     off: dict = {}
     for name, p in doc.get("peers", {}).items():
@@ -91,13 +99,14 @@ def format_summary(doc) -> str:
     elif step:
         floor = step.get("floor_us")
         lines.append(f"decode step ({step['workload']}): {step['launches']['separate']} launches separate, "
-                     f"{step['launches']['merged']} merged, {step['bytes'] / 1e9:.3f} GB"
+                     f"{step['launches']['merged']} merged, {_bytes(step['bytes'])}"
                      + (f", byte floor {floor:.1f} µs" if floor else "") + f"; graphs owned by {step['owner']}")
         for c in step["configs"]:
             timing = (f"{c['us']:8.1f} µs ({c['pct_copy']:.1f}% of copy, {c['x_floor']:.2f}x floor), "
                       f"eager {c['eager_us']:.0f} µs" if c.get("us") else "not timed")
             diff = c.get("max_abs_diff_vs_separate")
-            lines.append(f"  {c['layout']:8} {c['variant']:12} {c['launches']:4} launches: {timing}; "
+            launches = step["launches"].get(c["layout"], c["launches"])
+            lines.append(f"  {c['layout']:8} {c['variant']:12} {launches:4} launches: {timing}; "
                          f"rel err {c['max_rel_err']:.1e}" + ("" if diff is None else f", vs separate {diff:.1e}"))
     for problem in doc.get("problems", []):
         lines.append(f"PROBLEM: {problem}")

@@ -132,7 +132,7 @@ def plot(doc):
         style = "-o" if label in _SERIES else "--s"
         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label, markersize=5)
     copy = doc["copy_bandwidth_gbs"]
-    ax.axhline(copy, color="black", linestyle=":", label=f"roofline: D2D copy {copy:.0f} GB/s")
+    ax.axhline(copy, color="black", linestyle=":", label=f"roofline: D2D copy {copy:.0f} GB/s (read + write)")
     labels = []
     for s in shapes:
         r = next(r for r in rows if r["shape"] == s)
@@ -143,14 +143,16 @@ def plot(doc):
     ax.set_ylim(0, top * 1.1)
     ax.set_title(f"INT4 GEMV bandwidth per shape, {doc['device']['name']} (graph replays, rotated weights)",
                  fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     configs = [c for c in step.get("configs", []) if c.get("us")]
     if configs:
         names = [f"{c['layout']}\n{c['variant']}" for c in configs]
         bars = ax2.bar(range(len(configs)), [c["us"] for c in configs],
                        color=["tab:blue" if c["layout"] == "separate" else "tab:orange" for c in configs])
-        ax2.bar_label(bars, [f"{c['us']:.0f} µs\n{c['launches']} launches" for c in configs], fontsize=7)
+        launches = [step["launches"].get(c["layout"], c["launches"]) for c in configs]
+        ax2.bar_label(bars, [f"{c['us']:.0f} µs\n{n} launches" for c, n in zip(configs, launches, strict=True)],
+                      fontsize=7)
         ax2.axhline(step["floor_us"], color="black", linestyle=":",
                     label=f"byte floor {step['floor_us']:.0f} µs")
         ax2.set_xticks(range(len(configs)), names, fontsize=7)
