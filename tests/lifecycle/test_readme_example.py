@@ -1,9 +1,9 @@
-"""The CPU example in lifecycle/README_SECTION.md runs as written."""
+"""The CPU example in README.md's lifecycle section runs as written."""
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "lifecycle" / "README_SECTION.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_simulated_driver_example_runs():
