@@ -221,7 +221,8 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
         stream: device path only; see the module docstring.
         variant: ``None`` (use the environment), ``"default"``, ``"single_warp"`` or ``"auto"``.
 
-    Returns ``out`` (device path: a Numba device array viewing it); host path: a numpy array.
+    Returns: device path, ``out`` itself when given, else a new Numba device array; host path,
+    a numpy array (``out`` when given).
 
     Raises ``TypeError``/``ValueError`` naming the argument before any launch.
     """
