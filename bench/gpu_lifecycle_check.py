@@ -10,6 +10,8 @@ replay, per launch, median of several repetitions.
 
 from __future__ import annotations
 
+__all__ = ["main", "run_suite", "timings"]
+
 import argparse
 import os
 import statistics

@@ -7,6 +7,8 @@ tuning, registers / local memory / SASS instruction mix. Writes JSON and SASS un
 
 from __future__ import annotations
 
+__all__ = ["main"]
+
 import argparse
 import collections
 import json

@@ -7,6 +7,8 @@ With no NVIDIA GPU on the machine it runs on Numba's CUDA simulator at small sha
 
 from __future__ import annotations
 
+__all__ = ["main"]
+
 import os
 import sys
 
