@@ -42,8 +42,9 @@ __all__ = ["single_warp_kernel", "geometry", "activation_mode", "shared_bytes", 
 
 #: (cols, unroll) pairs the dispatcher accepts; each is compiled on first use.
 TUNINGS = tuple((c, u) for c in (1, 2, 4, 8) for u in (1, 2, 4, 8) if c * u <= 32)
-#: Default (cols, unroll), chosen by measurement on the H200 (bench/NOTES.md).
-DEFAULT_TUNING = (2, 4)
+#: Default (cols, unroll), chosen by measurement on the H200: the smallest sum of graph-replay
+#: times over one Qwen3-VL-2B decode step's projections (bench/NOTES.md). ``auto`` tunes per shape.
+DEFAULT_TUNING = (4, 2)
 #: Persistent grid: at most this many one-warp blocks per multiprocessor.
 BLOCKS_PER_SM = 32
 
