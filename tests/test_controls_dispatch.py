@@ -90,7 +90,8 @@ def test_forced_single_warp_and_its_geometry():
     p = plan(read_controls(None, {PRIMARY: "1"}), N=4097)
     assert p.kernel == "single_warp" and (p.cols, p.unroll) == single_warp.DEFAULT_TUNING
     assert p.grid == (min(-(-4097 // p.cols), 132 * single_warp.BLOCKS_PER_SM), 1, 1)
-    assert p.block == (32, 1, 1) and p.activations == "registers" and p.shared_bytes == 0
+    assert p.block == (32, 1, 1) and p.shared_bytes == 0
+    assert p.activations == ("registers" if 2048 <= 512 * p.unroll else "streaming")
     assert PRIMARY in p.control and "eligible" in p.reason
 
 
