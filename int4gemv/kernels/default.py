@@ -14,7 +14,6 @@ Columns past N are clamped for loads and never stored; words past K are never re
 
 from __future__ import annotations
 
-import numpy as np
 from numba import cuda, float32, uint64
 
 from .intrinsics import warp_sum
