@@ -20,7 +20,7 @@ from .workloads import bench_shapes, select_shapes
 __all__ = ["QUICK_TUNINGS", "run_gpu"]
 
 #: Tunings measured by ``--quick`` (besides the default tuning, always measured).
-QUICK_TUNINGS = [(4, 2), (4, 4), (8, 2), (2, 8)]
+QUICK_TUNINGS = [(2, 4), (4, 4), (8, 2), (16, 1), (16, 2)]
 
 
 def run_gpu(options, workload, tunings, peers, checkpoint=None) -> dict:

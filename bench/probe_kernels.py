@@ -25,7 +25,6 @@ def _parse():
     p.add_argument("--tunings", default="1x4,2x4,4x4,8x4,2x8,4x2,4x8,8x2")
     p.add_argument("--rotate-mb", type=int, default=512)
     p.add_argument("--replays", type=int, default=30)
-    p.add_argument("--modes", default="shared", help="single-warp activation modes to compare")
     return p.parse_args()
 
 
@@ -44,7 +43,9 @@ def main():
     if args.shapes:
         keep = set(args.shapes.split(","))
         shapes = [s for s in shapes if s[0] in keep]
-    tunings = [tuple(int(x) for x in t.split("x")) for t in args.tunings.split(",") if t]
+    # "CxU" or "CxU@B": B = launch bound in blocks per SM (single_warp.MIN_BLOCKS)
+    tunings = [tuple(int(x) for x in t.replace("@", "x").split("x")) for t in args.tunings.split(",") if t]
+    tunings = [t if len(t) == 3 else (*t, 0) for t in tunings]
     dev = torch.device("cuda")
     torch_stream = torch.cuda.Stream()
     rng = np.random.default_rng(0)
@@ -73,8 +74,7 @@ def main():
         ref = _ref_torch(torch, w, a_h, bias_h)
         a_d = cuda.to_device(a_h)
         bias_d = cuda.to_device(bias_h)
-        variants = [("default", None, None)] + [("single_warp", t, m) for m in args.modes.split(",")
-                                                 for t in tunings]
+        variants = [("default", None)] + [("single_warp", t) for t in tunings]
         # Rotated copies for timing: random bytes and scales generated on the device.
         nbytes = w.nbytes
         copies = max(2, -(-args.rotate_mb * 2**20 // nbytes))
@@ -91,12 +91,13 @@ def main():
             ww._keep = (pk, sc)
             rot.append(ww)
         out_d = cuda.device_array(N, np.float16)
-        for vname, tun, mode in variants:
-            if mode:
+        for vname, tun in variants:
+            if tun:
                 from int4gemv.kernels import single_warp as _sw
-                _sw.PREFERRED = mode
+                _sw.MIN_BLOCKS.clear()
+                _sw.MIN_BLOCKS[(tun[0], tun[1], _sw.activation_mode(K, tun[1]))] = tun[2]
                 ig.api._cached_plan.cache_clear()
-                for r in rot + [w]:  # bound launches are cached per weight, not per mode
+                for r in rot + [w]:  # bound launches are cached per weight and controls
                     r._launches.clear()
             env = {}
             if tun:
@@ -132,7 +133,8 @@ def main():
                         ts.append(e0.elapsed_time(e1) * 1e-3 / G)
                 t = float(np.median(ts))
                 plan = ig.explain(a_d, w, variant=vname)
-                label = vname if not tun else f"sw{tun[0]}x{tun[1]}{(mode or '')[:3]}"
+                label = vname if not tun else (f"sw{tun[0]}x{tun[1]}{plan.activations[:3]}"
+                                               + (f"@{tun[2]}" if tun[2] else ""))
                 rec = dict(shape=name, N=N, K=K, variant=label, us=t * 1e6, gbs=nbytes / t / 1e9,
                            pct_copy=100 * nbytes / t / copy_bw, rel_err=err, all_written=written,
                            kernel=plan.kernel, single_eager_us=single_us, spread_us=float((np.percentile(ts, 90) - np.percentile(ts, 10)) * 1e6))
@@ -162,12 +164,14 @@ def main():
         for _ in range(50):
             ig.gemv(a_d, w, out=o_d, variant=vname)
         cuda.synchronize()
-        n = 2000
+        n = 300  # fewer than the launch queue holds: issue time is the Python cost
         t0 = time.perf_counter()
         for _ in range(n):
             ig.gemv(a_d, w, out=o_d, variant=vname)
+        t1 = time.perf_counter()
         cuda.synchronize()
-        eager[vname] = (time.perf_counter() - t0) / n * 1e6
+        eager[vname] = (t1 - t0) / n * 1e6
+        eager[vname + " (to completion)"] = (time.perf_counter() - t0) / n * 1e6
     print("eager gemv() us/call:", eager, flush=True)
     import cProfile
     import pstats
@@ -182,8 +186,8 @@ def main():
     # Registers, local memory, SASS instruction mix.
     sass_info = {}
     for label, kern in [("default", default_kernel)] + [
-            (f"sw{c}x{u}{m[:3]}", single_warp_kernel(c, u, m, False)) for c, u in tunings
-            for m in args.modes.split(",")]:
+            (f"sw{c}x{u}{m[:3]}@{b}", single_warp_kernel(c, u, m, False, b)) for c, u, b in tunings
+            for m in ("registers", "streaming")]:
         for sig, k in kern.overloads.items():
             regs = k.regs_per_thread
             local = k.local_mem_per_thread

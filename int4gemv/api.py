@@ -190,14 +190,15 @@ def _bind(plan, a2, w, bias, out2):
     has_bias = bias is not None
     bias_arg = bias if has_bias else d["no_bias"]
     if plan.kernel == "single_warp":
-        kernel = single_warp_kernel(plan.cols, plan.unroll, plan.activations, has_zp)
-        args = (a2.reshape(w.K), d["words64_flat"], d["scales_flat"], d["zero_points_flat"], has_zp,
+        kernel = single_warp_kernel(plan.cols, plan.unroll, plan.activations, has_zp,
+                                    plan.blocks_per_sm)
+        args = (a2.reshape(w.K).view(np.uint16), d["words64_flat"], d["scales_flat"], d["zero_points_flat"], has_zp,
                 bias_arg, has_bias, out2.reshape(w.N), w.K)
     else:
         kernel = default_kernel
         args = (a2, d["words"], d["words_flat"], d["scales"], d["zero_points"], has_zp, bias_arg,
                 has_bias, out2, w.K, w.block_size)
-    return bind(kernel, args, plan.grid, plan.block, plan.dynamic_shared_bytes)
+    return bind(kernel, args, plan.grid, plan.block)
 
 
 def _array_key(x):

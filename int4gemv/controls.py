@@ -70,7 +70,8 @@ def _positive_int(name, raw, accepted):
     return value
 
 
-_ACCEPTED = (1, 2, 4, 8)
+_ACCEPTED_COLS = (1, 2, 4, 8, 16)
+_ACCEPTED_UNROLL = (1, 2, 4, 8)
 
 
 def read_controls(variant=None, environ=None) -> Controls:
@@ -103,7 +104,7 @@ def _resolve(variant, primary_raw, legacy_raw, cols_raw, unroll_raw) -> Controls
     else:
         mode, source = "off", f"default ({PRIMARY} unset)"
 
-    cols = None if cols_raw is None else _positive_int(COLS, cols_raw, _ACCEPTED)
-    unroll = None if unroll_raw is None else _positive_int(UNROLL, unroll_raw, _ACCEPTED)
+    cols = None if cols_raw is None else _positive_int(COLS, cols_raw, _ACCEPTED_COLS)
+    unroll = None if unroll_raw is None else _positive_int(UNROLL, unroll_raw, _ACCEPTED_UNROLL)
     named = [f"{n}={r}" for n, r in ((COLS, cols_raw), (UNROLL, unroll_raw)) if r is not None]
     return Controls(mode, source, cols, unroll, ", ".join(named) or None, tuple(warnings))

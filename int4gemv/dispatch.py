@@ -41,8 +41,8 @@ class Plan:
     block_size: int
     cols: int | None = None     # single-warp tuning
     unroll: int | None = None
-    activations: str | None = None  # single-warp: "shared", "registers" or "streaming"
-    dynamic_shared_bytes: int = 0   # part of shared_bytes requested at launch
+    activations: str | None = None  # single-warp: "registers" or "streaming"
+    blocks_per_sm: int = 0      # single-warp launch bound (0: none)
     tuning: str | None = None   # where the tuning came from
     warnings: tuple = ()
 
@@ -53,7 +53,9 @@ class Plan:
     def __str__(self):
         tuning = "" if self.cols is None else (
             f" (cols={self.cols}, unroll={self.unroll}, "
-            f"{self.activations} activations; {self.tuning})")
+            f"{self.activations} activations"
+            + (f", launch bound {self.blocks_per_sm} blocks/SM" if self.blocks_per_sm else "")
+            + f"; {self.tuning})")
         lines = [
             f"kernel   : {self.kernel}{tuning}",
             f"problem  : M={self.M} N={self.N} K={self.K} block_size={self.block_size}",
@@ -65,11 +67,12 @@ class Plan:
         return "\n".join(lines)
 
 
-def single_warp_eligibility(M, K, block_size, a_dtype):
+def single_warp_eligibility(M, K, block_size, a_dtype, N=1):
     """``(eligible, reason)`` for the single-warp specialization.
 
     Rule: fp16 activations, block size 32, batch M == 1 and K a multiple of 32 (whole
-    quantization groups, so every uint64 word of a column holds 16 real nibbles).
+    quantization groups, so every uint64 word of a column holds 16 real nibbles), and fewer
+    than 2**32 uint64 words in the weight (the kernel indexes in 32 bits).
     Zero points and bias are supported.
     """
     problems = []
@@ -81,6 +84,8 @@ def single_warp_eligibility(M, K, block_size, a_dtype):
         problems.append(f"batch M is {M}, not 1")
     if K % 32:
         problems.append(f"K={K} is not a multiple of 32")
+    if N * K // 16 >= 2**32:
+        problems.append(f"N*K/16 = {N * K // 16} uint64 words is not below 2**32")
     if problems:
         return False, "; ".join(problems)
     return True, "fp16, block_size 32, M == 1, K % 32 == 0"
@@ -116,7 +121,7 @@ def plan_gemv(M, N, K, block_size, a_dtype, controls: Controls, device_name=None
     (the device's SM count) sizes the single-warp kernel's persistent grid."""
     base = dict(M=M, N=N, K=K, block_size=block_size, control=controls.source,
                 warnings=controls.warnings)
-    eligible, why = single_warp_eligibility(M, K, block_size, a_dtype)
+    eligible, why = single_warp_eligibility(M, K, block_size, a_dtype, N)
 
     def default_plan(reason):
         grid, block, shared = default_tiling.geometry(M, N)
@@ -146,6 +151,6 @@ def plan_gemv(M, N, K, block_size, a_dtype, controls: Controls, device_name=None
                          f"tuning; accepted (cols, unroll): {single_warp.TUNINGS}")
     grid, block = single_warp.geometry(N, cols, multiprocessors)
     mode = single_warp.activation_mode(K, unroll)
-    shared = single_warp.shared_bytes(K, mode)
-    return Plan("single_warp", grid, block, shared, reason=reason, cols=cols, unroll=unroll,
-                activations=mode, dynamic_shared_bytes=shared, tuning=tuning_src, **base)
+    return Plan("single_warp", grid, block, 0, reason=reason, cols=cols, unroll=unroll,
+                activations=mode, blocks_per_sm=single_warp.min_blocks(cols, unroll, mode),
+                tuning=tuning_src, **base)

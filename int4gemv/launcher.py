@@ -4,7 +4,8 @@ A Numba launch from Python types every argument and packs it again on every call
 100 microseconds per call for these kernels, measured on the H200). :class:`BoundLaunch` does that work once for a fixed set of arguments: it keeps the
 kernel's ``CUfunction``, the launch geometry and a packed ``void**`` parameter block (Numba's
 kernel ABI: each array is ``meminfo, parent, nitems, itemsize, data, shape..., strides...``), and
-each call is a single ``cuLaunchKernel``. Errors name the call and the CUDA error code.
+each call is a single ``cuLaunchKernel``, called through ctypes (a cuda.bindings call costs a few
+microseconds of argument conversion more). Errors name the call and the CUDA error code.
 A binding holds raw pointers and no references: the caller keeps the arrays alive and re-binds
 when any pointer, shape or stride changes.
 
@@ -55,36 +56,54 @@ def _scalar_param(value):
     raise TypeError(f"unsupported kernel argument {type(value).__name__}")
 
 
+_LIBCUDA = []
+
+
+def _launch_kernel():
+    """``cuLaunchKernel`` from the driver library, typed for ctypes (loaded on first use)."""
+    if not _LIBCUDA:
+        lib = ctypes.CDLL("libcuda.so.1")
+        fn = lib.cuLaunchKernel
+        fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        fn.restype = ctypes.c_int
+        _LIBCUDA.append(fn)
+    return _LIBCUDA[0]
+
+
+def _error_name(code):
+    from cuda.bindings import driver
+    try:
+        return driver.CUresult(code)
+    except ValueError:
+        return code
+
+
 class BoundLaunch:
     """One kernel with fixed arguments and geometry; ``launch(stream_handle)`` runs it."""
 
-    __slots__ = ("_driver", "_function", "_grid", "_block", "_shared", "_params", "_values")
+    __slots__ = ("_call", "_head", "_tail", "_params", "_values")
 
     def __init__(self, dispatcher, args, grid, block, shared=0):
-        from cuda.bindings import driver
         from numba.cuda.typing.typeof import Purpose, typeof
 
         sig = tuple(typeof(a, Purpose.argument) for a in args)
         kernel = dispatcher.overloads.get(sig)
         if kernel is None:
             kernel = dispatcher.compile(sig)
-        handle = kernel._codelibrary.get_cufunc().handle
-        self._driver = driver
-        self._function = driver.CUfunction(int(handle))
-        self._grid, self._block, self._shared = tuple(grid), tuple(block), int(shared)
+        handle = int(kernel._codelibrary.get_cufunc().handle)
         values = []
         for a in args:
             values += _array_params(a) if hasattr(a, "__cuda_array_interface__") else _scalar_param(a)
         self._values = values
         self._params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        self._call = _launch_kernel()
+        self._head = (handle, *grid, *block, int(shared))
+        self._tail = (ctypes.addressof(self._params), None)
 
     def launch(self, stream_handle: int = 0):
-        g, b = self._grid, self._block
-        (err,) = self._driver.cuLaunchKernel(self._function, g[0], g[1], g[2], b[0], b[1], b[2],
-                                             self._shared, stream_handle,
-                                             ctypes.addressof(self._params), 0)
-        if err != self._driver.CUresult.CUDA_SUCCESS:
-            raise CudaCallError("cuLaunchKernel", err)
+        err = self._call(*self._head, stream_handle, *self._tail)
+        if err:
+            raise CudaCallError("cuLaunchKernel", _error_name(err))
 
 
 class _NumbaLaunch:

@@ -76,8 +76,14 @@ def test_environment_is_read_at_call_time(monkeypatch):
     (1, 2048, 32, np.float32, False, "float32"),
 ])
 def test_eligibility(M, K, bs, dtype, ok, words):
-    eligible, why = single_warp_eligibility(M, K, bs, dtype)
+    eligible, why = single_warp_eligibility(M, K, bs, dtype, N=151936)
     assert eligible == ok and words in why
+
+
+@pytest.mark.parametrize("N, ok", [(2**32 // 128 - 1, True), (2**32 // 128, False)])
+def test_eligibility_needs_32_bit_word_indices(N, ok):
+    eligible, why = single_warp_eligibility(1, 2048, 32, F16, N=N)
+    assert eligible == ok and (ok or "2**32" in why)
 
 
 def test_default_is_default_tiling_and_opt_in():
@@ -101,14 +107,11 @@ def test_forced_on_ineligible_shape_falls_back_and_says_why():
     assert "legacy alias" in p.control
 
 
-def test_activation_modes(monkeypatch):
-    monkeypatch.setattr(single_warp, "PREFERRED", "shared")
-    p = plan(read_controls("single_warp", {}))
-    assert p.activations == "shared"
-    assert p.shared_bytes == p.dynamic_shared_bytes == 4 * (2048 + 2048 // 16)
-    assert plan(read_controls("single_warp", {}), K=16384).activations == "streaming"
-    monkeypatch.setattr(single_warp, "PREFERRED", "registers")
-    assert plan(read_controls("single_warp", {}), K=6144).activations == "streaming"
+def test_activation_modes():
+    assert plan(read_controls("single_warp", {UNROLL: "4"}), K=2048).activations == "registers"
+    assert plan(read_controls("single_warp", {UNROLL: "4"}), K=2080).activations == "streaming"
+    p = plan(read_controls("single_warp", {}), K=6144)
+    assert p.activations == "streaming" and p.shared_bytes == 0
 
 
 def test_tuning_overrides():

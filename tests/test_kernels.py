@@ -77,17 +77,13 @@ def test_single_warp_matches_reference_and_default(rng, symmetric):
 
 @pytest.mark.parametrize("cols, unroll, N, K, mode", [
     (1, 1, 41, 544, "streaming"),  # 41 column groups > the simulator's 32-block grid
-    (1, 1, 41, 544, "shared"),     # shared, two K chunks per group
     (2, 2, 5, 96, "registers"),
     (1, 2, 37, 64, "registers"),   # pipelined over more groups than blocks
-    (1, 2, 37, 64, "shared"),
+    (1, 1, 34, 512, "registers"),  # resident at its K limit, 34 groups over 32 blocks
     (8, 1, 9, 544, "streaming"),   # two K chunks, the second ragged
+    (4, 2, 6, 1056, "streaming"),  # two K chunks of 2 words per lane, the second ragged
 ])
-def test_single_warp_tunings(rng, monkeypatch, request, cols, unroll, N, K, mode):
-    from int4gemv.kernels import single_warp
-    monkeypatch.setattr(single_warp, "PREFERRED", mode)
-    ig.api._cached_plan.cache_clear()  # plans are cached per shape and controls
-    request.addfinalizer(ig.api._cached_plan.cache_clear)
+def test_single_warp_tunings(rng, monkeypatch, cols, unroll, N, K, mode):
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", str(cols))
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP_UNROLL", str(unroll))
     a, w = make(rng, N, K, 32, symmetric=False)

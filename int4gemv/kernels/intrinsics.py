@@ -1,10 +1,13 @@
-"""Bit and warp primitives the kernels use, with faithful stand-ins for Numba's CUDA simulator.
+"""Bit, half2 and warp primitives the kernels use, with faithful stand-ins for Numba's simulator.
 
-On hardware these are libdevice / warp intrinsics. Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``)
+On hardware these are libdevice / warp intrinsics and two small inline-PTX functions
+(``fma.rn.f16x2`` and a half2-to-float32 sum; Numba has no half2 arithmetic). A half2 value is
+carried as the uint32 holding its bits: low half = element 0. Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``)
 has no warp shuffles and its libdevice functions are empty, so the same kernel source would not
 run there. The simulated versions below implement the hardware semantics for a whole block that
 calls them uniformly (which every kernel here does): ``shfl_down`` reads lane ``lane + delta`` of
-the same warp and returns the caller's own value when that lane is past the warp's end.
+the same warp and returns the caller's own value when that lane is past the warp's end;
+``shfl_xor`` reads lane ``lane ^ mask``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import threading
 import numpy as np
 from numba import config, cuda
 
-__all__ = ["int_as_float", "shfl_down", "warp_sum", "FULL_MASK", "SIMULATED"]
+__all__ = ["int_as_float", "half2_fma", "half2_sum", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
+           "SIMULATED"]
 
 FULL_MASK = 0xFFFFFFFF
 SIMULATED = bool(config.ENABLE_CUDASIM)
@@ -25,24 +29,73 @@ if SIMULATED:
         """Reinterpret the bits of an int32 as a float32."""
         return np.array(x, dtype=np.int64).astype(np.uint32).view(np.float32)[()]
 
-    def shfl_down(value, delta):
-        """``shfl_down_sync(FULL_MASK, value, delta)`` for a block of simulator threads."""
+    def _halves(bits):
+        return np.array([bits], dtype=np.uint32).view(np.float16).astype(np.float64)
+
+    def half2_fma(a, b, c):
+        """``a * b + c`` per half, rounded once to fp16 (from float64), as half2 bits."""
+        r = (_halves(a) * _halves(b) + _halves(c)).astype(np.float16)
+        return np.uint32(r.view(np.uint32)[0])
+
+    def half2_sum(x):
+        """``float32(low half) + float32(high half)``."""
+        lo, hi = _halves(x).astype(np.float32)
+        return np.float32(lo + hi)
+
+    def _shuffle(value, source):
         me = threading.current_thread()
         slots = me._manager.__dict__.setdefault("_int4gemv_shfl_slots", {})
         tid = me.thread_id
         slots[tid] = value
         me.syncthreads()  # every lane of the block has published its value
-        src = tid + delta if (tid % 32) + delta < 32 else tid
-        result = slots[src]
+        result = slots[source(tid)]
         me.syncthreads()  # every lane has read before anyone publishes again
         return result
 
+    def shfl_down(value, delta):
+        """``shfl_down_sync(FULL_MASK, value, delta)`` for a block of simulator threads."""
+        return _shuffle(value, lambda tid: tid + delta if (tid % 32) + delta < 32 else tid)
+
+    def shfl_xor(value, lane_mask):
+        """``shfl_xor_sync(FULL_MASK, value, lane_mask)`` for a block of simulator threads."""
+        return _shuffle(value, lambda tid: tid ^ int(lane_mask))
+
 else:
+    from llvmlite import ir
+    from numba import types
+    from numba.core.extending import intrinsic
     from numba.cuda.libdevice import int_as_float  # noqa: F401
+
+    _I32 = ir.IntType(32)
+
+    @intrinsic
+    def half2_fma(typingctx, a, b, c):
+        """``fma.rn.f16x2``: ``a * b + c`` per half, one rounding."""
+        def codegen(context, builder, signature, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32] * 3),
+                               "fma.rn.f16x2 $0, $1, $2, $3;", "=r,r,r,r")
+            return builder.call(asm, [context.cast(builder, v, t, types.uint32)
+                                      for v, t in zip(args, signature.args)])
+        return types.uint32(types.uint32, types.uint32, types.uint32), codegen
+
+    @intrinsic
+    def half2_sum(typingctx, x):
+        """``float32(low half) + float32(high half)`` of half2 bits."""
+        def codegen(context, builder, signature, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [_I32]),
+                               "{.reg .f16 l, h; .reg .f32 fl, fh; mov.b32 {l, h}, $1; "
+                               "cvt.f32.f16 fl, l; cvt.f32.f16 fh, h; add.f32 $0, fl, fh;}",
+                               "=f,r")
+            return builder.call(asm, args)
+        return types.float32(types.uint32), codegen
 
     @cuda.jit(device=True, inline=True)
     def shfl_down(value, delta):
         return cuda.shfl_down_sync(FULL_MASK, value, delta)
+
+    @cuda.jit(device=True, inline=True)
+    def shfl_xor(value, lane_mask):
+        return cuda.shfl_xor_sync(FULL_MASK, value, lane_mask)
 
 
 @cuda.jit(device=True, inline=True)

@@ -3,25 +3,25 @@
 For fp16 activations, block size 32, batch 1 and K a multiple of 32 (see
 :func:`int4gemv.dispatch.single_warp_eligibility`). Lane ``l`` owns uint64 words
 ``l, l + 32, ..., l + 32*(unroll-1)`` of every column in a K chunk (16 nibbles each, half a
-quantization group), so its 16 activations per word and their sum are loaded and converted once
-and reused from registers for every column. Warps are persistent: block ``b`` takes column groups
-``b, b + gridDim, ...`` of ``cols`` columns each.
+quantization group), so its activations per word are loaded and paired once and reused for every
+column. Warps are persistent: block ``b`` takes column groups ``b, b + gridDim, ...`` of ``cols``
+columns each.
+
+The arithmetic is half2 (:mod:`.half2`): about 1.6 instructions per element, products summed in
+fp16 over one word's 16 elements, then in float32.
 
 Where the activations live (``activations``, chosen by :func:`activation_mode`):
 
-* ``"shared"`` (``K <= SHARED_K_MAX``): the warp stages all K activations as float32, and one sum
-  per uint64 word, in dynamic shared memory once; each column group then reads a lane's 16
-  activations per word from shared memory (reused for all ``cols`` columns). Registers stay free
-  for the load pipeline.
-* ``"registers"`` (``K <= 512 * unroll``): the lane's activations stay in registers for the
-  warp's lifetime (68 registers at unroll 4; fewer warps fit).
-* ``"streaming"`` (any K): K is walked in chunks of ``512 * unroll`` and the chunk's activations
-  are reloaded from global memory for each column group.
+* ``"registers"`` (``K <= 512 * unroll``): the lane's activation pairs stay in registers for the
+  warp's lifetime (8 per word), and the next column group's weight loads are issued before the
+  current group is folded (a two-stage pipeline).
+* ``"streaming"`` (any K): K is walked in chunks of ``512 * unroll``; the chunk's activations are
+  reloaded (from L1/L2) for each column group.
 
 Per column group a lane issues all ``cols * unroll`` 8-byte weight loads (coalesced) and their
-scales before using any (in resident mode, one group ahead: the next group's loads are in flight
-while the current one is folded), folds each uint64 with two :func:`~int4gemv.kernels.nibbles.dot8`, and a
-warp-shuffle reduction per column finishes; lane 0 writes the outputs (+ bias).
+scales (and zero points) before using any, folds each word with :func:`~.half2.dot16`, and a
+transposing warp-shuffle reduction finishes; one lane per column writes
+it (+ bias).
 
 Index arithmetic is unsigned (no negative-index wraparound code) and loads are branch-free: an
 out-of-range word or column is clamped to a valid address and its scale is zeroed, so it adds 0.
@@ -34,43 +34,35 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint64
 
-from .intrinsics import warp_sum
-from .nibbles import NIBBLE_SCALE, dot8
+from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations, zero_point_constants
+from .intrinsics import SIMULATED, half2_sum, shfl_xor
 
-__all__ = ["single_warp_kernel", "geometry", "activation_mode", "shared_bytes", "TUNINGS",
-           "DEFAULT_TUNING", "BLOCKS_PER_SM", "SHARED_K_MAX", "MODES"]
+__all__ = ["single_warp_kernel", "geometry", "activation_mode", "TUNINGS", "DEFAULT_TUNING",
+           "BLOCKS_PER_SM", "MODES", "MIN_BLOCKS", "min_blocks"]
 
 #: (cols, unroll) pairs the dispatcher accepts; each is compiled on first use.
-TUNINGS = tuple((c, u) for c in (1, 2, 4, 8) for u in (1, 2, 4, 8) if c * u <= 32)
+TUNINGS = tuple((c, u) for c in (1, 2, 4, 8, 16) for u in (1, 2, 4, 8) if c * u <= 32)
 #: Default (cols, unroll), chosen by measurement on the H200: the smallest sum of graph-replay
 #: times over one Qwen3-VL-2B decode step's projections (bench/NOTES.md). ``auto`` tunes per shape.
-DEFAULT_TUNING = (4, 2)
+DEFAULT_TUNING = (4, 4)
 #: Persistent grid: at most this many one-warp blocks per multiprocessor.
 BLOCKS_PER_SM = 32
 
+MODES = ("registers", "streaming")
 
-#: Largest K whose activations (+ word sums) are staged in shared memory: 8192 * 4.25 B = 34 KB,
-#: under the 48 KB a launch may ask for without opting in.
-SHARED_K_MAX = 8192
-MODES = ("shared", "registers", "streaming")
-#: The preferred mode where it applies. "registers" measured faster than "shared" on every
-#: workload shape on the H200 (bench/NOTES.md); tests and benchmarks may set it.
-PREFERRED = "registers"
+#: Launch bounds: ``(cols, unroll, mode) -> blocks per SM`` the compiler must fit (it caps the
+#: registers at 65536 / (32 * blocks)); absent = no bound. Measured on the H200 (bench/NOTES.md).
+MIN_BLOCKS: dict = {(16, 1, "streaming"): 16, (16, 2, "streaming"): 16}
 
 
-def activation_mode(K: int, unroll: int, preferred: str | None = None) -> str:
+def min_blocks(cols: int, unroll: int, mode: str) -> int:
+    """The launch bound of a tuning (0: none), from :data:`MIN_BLOCKS`."""
+    return MIN_BLOCKS.get((cols, unroll, mode), 0)
+
+
+def activation_mode(K: int, unroll: int) -> str:
     """Where the activations live for this K (see the module docstring)."""
-    preferred = PREFERRED if preferred is None else preferred
-    if preferred == "shared" and K <= SHARED_K_MAX:
-        return "shared"
-    if preferred in ("shared", "registers") and K <= 512 * unroll:
-        return "registers"
-    return "streaming"
-
-
-def shared_bytes(K: int, mode: str) -> int:
-    """Dynamic shared memory per block: K float32 activations and K/16 word sums."""
-    return 4 * (K + K // 16) if mode == "shared" else 0
+    return "registers" if K <= 512 * unroll else "streaming"
 
 
 def geometry(N: int, cols: int, multiprocessors: int):
@@ -80,188 +72,154 @@ def geometry(N: int, cols: int, multiprocessors: int):
 
 
 @functools.lru_cache(maxsize=None)
-def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = True):
+def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = True,
+                       blocks_per_sm: int = 0):
     """The kernel for one ``(cols, unroll)`` tuning, activation mode and zero-point presence
-    (a compile-time choice: without zero points the offset is the constant ``1 + 8/128``),
-    compiled on first launch. Its ``has_zp`` argument must equal ``zero_points``."""
+    (a compile-time choice: without zero points the offsets are those of zp = 8), compiled on
+    first launch, with launch bounds ``(32, blocks_per_sm)`` when that is not 0 (ignored on the
+    simulator). Its ``has_zp`` argument must equal ``zero_points``; its activations argument
+    is the fp16 vector's uint16 view."""
     if (cols, unroll) not in TUNINGS:
         raise ValueError(f"(cols, unroll) must be one of {TUNINGS}; got {(cols, unroll)}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
     resident = mode == "registers"
-    shared = mode == "shared"
     ZP = bool(zero_points)
-    NO_ZP_OFFSET = float32(1.0 + 8.0 / NIBBLE_SCALE)
     C, U = cols, unroll
     CHUNK = 32 * U  # uint64 words of one column per K chunk
-    ZERO, ONE, TWO, FOUR = uint64(0), uint64(1), uint64(2), uint64(4)
+    # Index arithmetic is 32-bit unsigned (a weight has < 2**32 uint64 words, see
+    # single_warp_eligibility) and widened once per row: rows are addressed as row + immediate.
+    U0, U1, U2, U4 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(4)
 
     @cuda.jit(device=True, inline=True)
-    def load_activations(a, base, lane, nw, xa, asum):
+    def load_activations(a16, base, lane, nw, pairs):
         for u in range(U):
-            j = min(base + lane + uint64(32 * u), nw - ONE)
-            s = float32(0.0)
-            for e in range(16):
-                v = float32(a[(j << FOUR) + uint64(e)])
-                xa[u, e] = v
-                s += v
-            asum[u] = s
+            j = min(base + lane + np.uint32(32 * u), nw - U1)
+            pair_activations(a16, uint64(j) << uint64(4), pairs, u)
 
     @cuda.jit(device=True, inline=True)
-    def load_group(words, scales, zero_points, n_first, base, lane, N, nw, ng, nz, wv, sv, ov):
+    def load_group(words, scales, zero_points, n_first, base, lane, N, nw, nz, wv, sv, zv):
         """Issue the weight, scale (and zero-point) loads of C columns x U words."""
-        full = base + uint64(CHUNK) <= nw  # warp-uniform: no word of this chunk is past K
+        full = base + np.uint32(CHUNK) <= nw  # warp-uniform: no word of this chunk is past K
         for c in range(C):
-            n_c = min(n_first + uint64(c), N - ONE)
-            if full:  # one row offset per column; the U words are immediate offsets from it
-                w_row = n_c * nw + base + lane
-                s_row = n_c * ng + ((base + lane) >> ONE)
+            n_c = min(n_first + np.uint32(c), N - U1)
+            row = n_c * nw + base + lane  # this lane's first word of the chunk; even - lane
+            if full:
+                w_row = uint64(row)
+                s_row = uint64(row >> U1)
                 for u in range(U):
                     wv[c, u] = words[w_row + uint64(32 * u)]
                     sv[c, u] = float32(scales[s_row + uint64(16 * u)])
             else:  # the ragged last chunk: clamp the address, zero the scale
                 for u in range(U):
-                    j_raw = base + lane + uint64(32 * u)
-                    j = min(j_raw, nw - ONE)
-                    wv[c, u] = words[n_c * nw + j]
-                    s = float32(scales[n_c * ng + (j >> ONE)])
+                    j_raw = base + lane + np.uint32(32 * u)
+                    j = n_c * nw + min(j_raw, nw - U1)
+                    wv[c, u] = words[uint64(j)]
+                    s = float32(scales[uint64(j >> U1)])
                     sv[c, u] = s if j_raw < nw else float32(0.0)
             if ZP:
                 for u in range(U):
-                    j = min(base + lane + uint64(32 * u), nw - ONE)
-                    byte = uint64(zero_points[n_c * nz + (j >> TWO)])
-                    zp = float32((byte >> (((j >> ONE) & ONE) << TWO)) & uint64(15))
-                    ov[c, u] = float32(1.0) + zp * float32(1.0 / NIBBLE_SCALE)
+                    j = min(base + lane + np.uint32(32 * u), nw - U1)
+                    byte = np.uint32(zero_points[uint64(n_c * nz + (j >> U2))])
+                    zv[c, u] = (byte >> (((j >> U1) & U1) << U2)) & np.uint32(15)
 
     @cuda.jit(device=True, inline=True)
-    def fold_group(wv, sv, ov, xa, asum, acc):
-        """acc[c] += sum over this lane's words of scale * (dot - offset * activation sum)."""
+    def fold_group(wv, sv, zv, pairs, acc):
+        """acc[c] = sum over this lane's words of scale * dot16(word)."""
         for c in range(C):
             for u in range(U):
-                w = wv[c, u]
-                lo = np.uint32(w & uint64(0xFFFFFFFF))
-                hi = np.uint32(w >> uint64(32))
-                x = dot8(lo, xa[u, 0], xa[u, 1], xa[u, 2], xa[u, 3],
-                         xa[u, 4], xa[u, 5], xa[u, 6], xa[u, 7])
-                x += dot8(hi, xa[u, 8], xa[u, 9], xa[u, 10], xa[u, 11],
-                          xa[u, 12], xa[u, 13], xa[u, 14], xa[u, 15])
-                off = ov[c, u] if ZP else NO_ZP_OFFSET
-                acc[c] += sv[c, u] * (x - off * asum[u])
-
-    @cuda.jit(device=True, inline=True)
-    def fold_group_shared(wv, sv, ov, s_a, K, base, lane, nw, xa, acc):
-        """fold_group with a lane's activations read from shared memory, one word at a time."""
-        for u in range(U):
-            j = min(base + lane + uint64(32 * u), nw - ONE)
-            b = j << FOUR
-            for e in range(16):
-                xa[0, e] = s_a[b + uint64(e)]
-            word_sum = s_a[uint64(K) + j]
-            for c in range(C):
-                w = wv[c, u]
-                lo = np.uint32(w & uint64(0xFFFFFFFF))
-                hi = np.uint32(w >> uint64(32))
-                x = dot8(lo, xa[0, 0], xa[0, 1], xa[0, 2], xa[0, 3],
-                         xa[0, 4], xa[0, 5], xa[0, 6], xa[0, 7])
-                x += dot8(hi, xa[0, 8], xa[0, 9], xa[0, 10], xa[0, 11],
-                          xa[0, 12], xa[0, 13], xa[0, 14], xa[0, 15])
-                off = ov[c, u] if ZP else NO_ZP_OFFSET
-                acc[c] += sv[c, u] * (x - off * word_sum)
-
-    @cuda.jit(device=True, inline=True)
-    def take_next(nxt_w, nxt_s, nxt_o, wv, sv, ov, acc):
-        """Make the prefetched group current and clear the accumulators."""
-        for c in range(C):
-            acc[c] = float32(0.0)
-            for u in range(U):
-                wv[c, u] = nxt_w[c, u]
-                sv[c, u] = nxt_s[c, u]
                 if ZP:
-                    ov[c, u] = nxt_o[c, u]
+                    low, high = zero_point_constants(zv[c, u])
+                else:
+                    low, high = NO_ZP_LOW, NO_ZP_HIGH
+                acc[c] += sv[c, u] * half2_sum(dot16(wv[c, u], pairs, u, low, high))
+
+    S = C.bit_length() - 1             # transposing steps: log2(C)
+    WRITERS = np.uint32((32 >> S) - 1)  # lanes with these bits clear write a column
 
     @cuda.jit(device=True, inline=True)
     def write_group(acc, n_first, lane, N, bias, has_bias, out):
-        """Reduce each column over the warp; lane 0 writes them (+ bias)."""
-        for c in range(C):
-            total = warp_sum(acc[c]) * float32(NIBBLE_SCALE)
-            n = n_first + uint64(c)
-            if lane == ZERO and n < N:
-                if has_bias:
-                    total += float32(bias[n])
-                out[n] = total
+        """Reduce the C columns over the warp, lane ``l`` ending with column ``column(l)``;
+        one lane per column writes it (+ bias); clear acc.
 
-    @cuda.jit
-    def kernel(a, words, scales, zero_points, has_zp, bias, has_bias, out, K):
-        """a: fp16 [K]; words: uint64 [N * K/16]; scales: fp16 [N * K/32];
+        A transposing butterfly: at step ``s`` (lane bit ``16 >> s``) each lane keeps half of
+        its columns and sends the other half to its partner, so C columns cost
+        ``C - 1 + 5 - log2(C)`` shuffles instead of ``5 C``."""
+        for s in range(S):
+            off = np.uint32(16 >> s)
+            half = C >> (s + 1)
+            upper = (lane & off) != U0
+            for i in range(half):
+                send = acc[i] if upper else acc[i + half]
+                keep = acc[i + half] if upper else acc[i]
+                acc[i] = keep + shfl_xor(send, off)
+        total = acc[0]
+        for r in range(5 - S):
+            total += shfl_xor(total, np.uint32(16 >> (S + r)))
+        column = U0
+        for s in range(S):
+            if lane & np.uint32(16 >> s):
+                column += np.uint32(C >> (s + 1))
+        for c in range(C):
+            acc[c] = float32(0.0)
+        n = n_first + column
+        if (lane & WRITERS) == U0 and n < N:
+            if has_bias:
+                total += float32(bias[uint64(n)])
+            out[uint64(n)] = total
+
+    bounds = {} if SIMULATED or not blocks_per_sm else {"launch_bounds": (32, blocks_per_sm)}
+
+    @cuda.jit(**bounds)
+    def kernel(a16, words, scales, zero_points, has_zp, bias, has_bias, out, K):
+        """a16: fp16 [K] as uint16; words: uint64 [N * K/16]; scales: fp16 [N * K/32];
         zero_points: uint8 [N * ceil(K/64)]; bias: fp16 [N]; out: fp16 [N]."""
-        lane = uint64(cuda.threadIdx.x)
-        N = uint64(out.shape[0])
-        nw = uint64(K) >> FOUR       # uint64 words per column
-        ng = nw >> ONE               # quantization groups per column
-        nz = (ng + ONE) >> ONE       # zero-point bytes per column
-        groups = (N + uint64(C - 1)) // uint64(C)
-        stride = uint64(cuda.gridDim.x)
+        lane = np.uint32(cuda.threadIdx.x)
+        N = np.uint32(out.shape[0])
+        nw = np.uint32(K) >> U4            # uint64 words per column
+        nz = ((nw >> U1) + U1) >> U1       # zero-point bytes per column
+        groups = (N + np.uint32(C - 1)) // np.uint32(C)
+        stride = np.uint32(cuda.gridDim.x)
+        last = groups - U1
         acc = cuda.local.array(C, float32)
+        for c in range(C):
+            acc[c] = float32(0.0)
         wv = cuda.local.array((C, U), uint64)
         sv = cuda.local.array((C, U), float32)
-        ov = cuda.local.array((C, U), float32)
-        xa = cuda.local.array((U, 16), float32)
-        asum = cuda.local.array(U, float32)
-        g = uint64(cuda.blockIdx.x)
-        if shared or resident:
-            nxt_w = cuda.local.array((C, U), uint64)
-            nxt_s = cuda.local.array((C, U), float32)
-            nxt_o = cuda.local.array((C, U), float32)
-        if shared:
-            # Stage all activations (float32) and one sum per uint64 word, once per warp.
-            s_a = cuda.shared.array(0, float32)
-            for i in range(lane, uint64(K), uint64(32)):
-                s_a[i] = float32(a[i])
-            cuda.syncthreads()
-            for j in range(lane, nw, uint64(32)):
-                t = float32(0.0)
-                for e in range(16):
-                    t += s_a[(j << FOUR) + uint64(e)]
-                s_a[uint64(K) + j] = t
-            cuda.syncthreads()
-            load_group(words, scales, zero_points, min(g, groups - ONE) * uint64(C), ZERO,
-                       lane, N, nw, ng, nz, nxt_w, nxt_s, nxt_o)
+        zv = cuda.local.array((C, U), np.uint32)
+        pairs = cuda.local.array((U, 8), np.uint32)
+        g = np.uint32(cuda.blockIdx.x)
+        if resident:
+            # Activations once; then a two-stage pipeline over two register buffers, A and B
+            # (the loop body is written out for both so that no buffer is ever copied): the
+            # next group's loads are in flight while this group is folded.
+            wv2 = cuda.local.array((C, U), uint64)
+            sv2 = cuda.local.array((C, U), float32)
+            zv2 = cuda.local.array((C, U), np.uint32)
+            load_activations(a16, U0, lane, nw, pairs)
+            load_group(words, scales, zero_points, min(g, last) * np.uint32(C), U0,
+                       lane, N, nw, nz, wv, sv, zv)
             while g < groups:
-                take_next(nxt_w, nxt_s, nxt_o, wv, sv, ov, acc)
                 g_next = g + stride
-                load_group(words, scales, zero_points, min(g_next, groups - ONE) * uint64(C),
-                           ZERO, lane, N, nw, ng, nz, nxt_w, nxt_s, nxt_o)
-                for base in range(ZERO, nw, uint64(CHUNK)):
-                    if base > ZERO:  # K > 512 * unroll: the next chunk's words, not pipelined
-                        load_group(words, scales, zero_points, g * uint64(C), base, lane,
-                                   N, nw, ng, nz, wv, sv, ov)
-                    fold_group_shared(wv, sv, ov, s_a, K, base, lane, nw, xa, acc)
-                write_group(acc, g * uint64(C), lane, N, bias, has_bias, out)
-                g = g_next
-        elif resident:
-            # Activations once; then a two-stage pipeline: the next group's loads are in
-            # flight while this group is folded.
-            load_activations(a, ZERO, lane, nw, xa, asum)
-            load_group(words, scales, zero_points, min(g, groups - ONE) * uint64(C), ZERO,
-                       lane, N, nw, ng, nz, nxt_w, nxt_s, nxt_o)
-            while g < groups:
-                take_next(nxt_w, nxt_s, nxt_o, wv, sv, ov, acc)
-                g_next = g + stride
-                load_group(words, scales, zero_points, min(g_next, groups - ONE) * uint64(C),
-                           ZERO, lane, N, nw, ng, nz, nxt_w, nxt_s, nxt_o)
-                fold_group(wv, sv, ov, xa, asum, acc)
-                write_group(acc, g * uint64(C), lane, N, bias, has_bias, out)
-                g = g_next
+                load_group(words, scales, zero_points, min(g_next, last) * np.uint32(C), U0,
+                           lane, N, nw, nz, wv2, sv2, zv2)
+                fold_group(wv, sv, zv, pairs, acc)
+                write_group(acc, g * np.uint32(C), lane, N, bias, has_bias, out)
+                if g_next >= groups:
+                    break
+                g = g_next + stride
+                load_group(words, scales, zero_points, min(g, last) * np.uint32(C), U0,
+                           lane, N, nw, nz, wv, sv, zv)
+                fold_group(wv2, sv2, zv2, pairs, acc)
+                write_group(acc, g_next * np.uint32(C), lane, N, bias, has_bias, out)
         else:
             while g < groups:
-                n_first = g * uint64(C)
-                for c in range(C):
-                    acc[c] = float32(0.0)
-                for base in range(ZERO, nw, uint64(CHUNK)):
-                    load_activations(a, base, lane, nw, xa, asum)
-                    load_group(words, scales, zero_points, n_first, base, lane, N, nw,
-                               ng, nz, wv, sv, ov)
-                    fold_group(wv, sv, ov, xa, asum, acc)
+                n_first = g * np.uint32(C)
+                for base in range(U0, nw, np.uint32(CHUNK)):
+                    load_group(words, scales, zero_points, n_first, base, lane, N, nw, nz,
+                               wv, sv, zv)
+                    load_activations(a16, base, lane, nw, pairs)
+                    fold_group(wv, sv, zv, pairs, acc)
                 write_group(acc, n_first, lane, N, bias, has_bias, out)
                 g += stride
 
