@@ -20,4 +20,6 @@ Modules (one concept each):
 * :mod:`bench.autotune`       the ``int4gemv/autotune_table.json`` writer
 * :mod:`bench.environment`    device, driver, versions, git commit, date, command
 * :mod:`bench.progress`       a progress bar (tqdm when installed)
+* :mod:`bench.probe_kernels`  per-tuning kernel probe: timings, registers, SASS mix (GPU)
+* :mod:`bench.eager_latency`  eager per-call cost against the driver's launch floor (GPU)
 """

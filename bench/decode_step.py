@@ -24,12 +24,13 @@ import time
 import numpy as np
 
 from .device_weights import relative_error
-from .owned_graph import GemvGraphs
+from .owned_graph import GemvGraphs, split_variant
 from .workloads import step_bytes, step_projections
 
 __all__ = ["DEFAULT_VARIANTS", "run_decode_step"]
 
-DEFAULT_VARIANTS = ("default", "single_warp", "auto")
+#: ``+pdl``: the same launches as programmatic dependent launches (``gemv(..., pdl=True)``).
+DEFAULT_VARIANTS = ("default", "single_warp", "auto", "auto+pdl")
 _EAGER_RUNS = 5
 
 
@@ -124,7 +125,8 @@ def _eager_us(graphs, launches, staged):
         t0 = time.perf_counter()
         staged[0].copy_to_device(staged[1], stream=stream)
         for a, w, out, variant in launches:
-            int4gemv.gemv(a, w, out=out, stream=graphs.stream, variant=variant)
+            variant, pdl = split_variant(variant)
+            int4gemv.gemv(a, w, out=out, stream=graphs.stream, variant=variant, pdl=pdl)
         stream.synchronize()
         runs.append(time.perf_counter() - t0)
     return statistics.median(runs[1:]) * 1e6
@@ -222,7 +224,7 @@ def _kernels_used(step, variants) -> dict:
                 key = f"{x.N}x{x.K}"
                 if key not in plans:
                     a = np.zeros(x.K, np.float16)
-                    p = int4gemv.explain(a, step.weights[(layout, i)], variant=variant)
+                    p = int4gemv.explain(a, step.weights[(layout, i)], variant=split_variant(variant)[0])
                     plans[key] = p.kernel if p.cols is None else f"{p.kernel} {p.cols}x{p.unroll}"
         used[variant] = plans
     return used

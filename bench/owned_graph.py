@@ -18,13 +18,21 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GemvGraphs"]
+__all__ = ["GemvGraphs", "split_variant"]
 
 
 def _simulated() -> bool:
     from numba import config
 
     return bool(config.ENABLE_CUDASIM)
+
+
+def split_variant(name):
+    """``"auto+pdl"`` → ``("auto", True)``: a bench variant is an int4gemv ``variant`` plus, with
+    ``+pdl``, programmatic dependent launches (``int4gemv.gemv(..., pdl=True)``)."""
+    if name is not None and name.endswith("+pdl"):
+        return name[:-4], True
+    return name, False
 
 
 class GemvGraphs:
@@ -89,11 +97,13 @@ class GemvGraphs:
 
     # -- launches and graphs ------------------------------------------------------------------------
     def gemv(self, capture, a, w, out, *, variant=None) -> None:
-        """Enqueue ``out = a · wᵀ`` on ``capture.stream`` (captured, or eager when graphs are off)."""
+        """Enqueue ``out = a · wᵀ`` on ``capture.stream`` (captured, or eager when graphs are off).
+        ``variant`` may end in ``+pdl`` (see :func:`split_variant`)."""
+        variant, pdl = split_variant(variant)
         if not self.simulated:
             import int4gemv
 
-            int4gemv.gemv(a, w, out=out, stream=capture.stream, variant=variant)
+            int4gemv.gemv(a, w, out=out, stream=capture.stream, variant=variant, pdl=pdl)
             return
         self._sim.launch_kernel(capture.stream, _SimulatedGemv(w, variant), a, out)
 

@@ -34,6 +34,7 @@ __all__ = ["gemv", "explain"]
 
 _device_names = {}
 _multiprocessors = {}
+_capabilities = {}
 _MAX_BINDINGS = 64  # bound launches kept per weight
 
 
@@ -183,17 +184,32 @@ def explain(a, w, *, bias=None, out=None, variant=None) -> Plan:
     return _plan(M, w, np.float16, variant)
 
 
-def _bind(plan, a2, w, bias, out2):
-    """A launch of the planned kernel with these arguments bound (see :mod:`.launcher`)."""
+def _supports_pdl():
+    """Programmatic dependent launch needs compute capability 9.0 (Hopper) or newer."""
+    if SIMULATED:
+        return True
+    dev = cuda.get_current_device()
+    cc = _capabilities.get(dev.id)
+    if cc is None:
+        cc = _capabilities[dev.id] = tuple(dev.compute_capability)
+    return cc >= (9, 0)
+
+
+def _bind(plan, a2, w, bias, out2, pdl=False):
+    """A launch of the planned kernel with these arguments bound (see :mod:`.launcher`).
+    ``pdl`` applies to the single-warp kernel only (the default tiling has no wait point)."""
     d = w.device_arrays()
     has_zp = w.zero_points is not None
     has_bias = bias is not None
     bias_arg = bias if has_bias else d["no_bias"]
     if plan.kernel == "single_warp":
+        wide = _pointer(a2) % 8 == 0  # 8-byte activation loads where aligned
         kernel = single_warp_kernel(plan.cols, plan.unroll, plan.activations, has_zp,
-                                    plan.blocks_per_sm)
-        args = (a2.reshape(w.K).view(np.uint16), d["words64_flat"], d["scales_flat"], d["zero_points_flat"], has_zp,
-                bias_arg, has_bias, out2.reshape(w.N), w.K)
+                                    plan.blocks_per_sm, wide, pdl)
+        args = (a2.reshape(w.K).view(np.uint64 if wide else np.uint16), d["words64_flat"],
+                d["scales_flat"], d["zero_points_flat"], has_zp, bias_arg, has_bias,
+                out2.reshape(w.N), w.K)
+        return bind(kernel, args, plan.grid, plan.block, programmatic=pdl)
     else:
         kernel = default_kernel
         args = (a2, d["words"], d["words_flat"], d["scales"], d["zero_points"], has_zp, bias_arg,
@@ -211,7 +227,7 @@ def _array_key(x):
     return (type(x), cai["typestr"], tuple(cai["shape"]), cai.get("strides"), cai["data"][0])
 
 
-def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
+def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False):
     """``Y = A · ((q − zp) · scale)ᵀ + bias`` with fp16 ``a`` ``[K]`` or ``[M, K]``.
 
     Args:
@@ -221,12 +237,20 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
         out: optional fp16 ``[N]`` / ``[M, N]``, on the same side as ``a``; written in place.
         stream: device path only; see the module docstring.
         variant: ``None`` (use the environment), ``"default"``, ``"single_warp"`` or ``"auto"``.
+        pdl: device path, compute capability 9.0+: launch the single-warp kernel as a
+            programmatic dependent launch. It may start while the previous kernel on ``stream``
+            still runs: it issues its first weight loads, then waits for that kernel to finish
+            before it reads ``a`` or ``bias`` or writes ``out``. So the weights must not be
+            written by a kernel that may still be running. Default-tiling launches ignore it.
 
     Returns: device path, ``out`` itself when given, else a new Numba device array; host path,
     a numpy array (``out`` when given).
 
     Raises ``TypeError``/``ValueError`` naming the argument before any launch.
     """
+    if not isinstance(pdl, (bool, np.bool_)):
+        raise TypeError(f"pdl must be a bool; got {type(pdl).__name__}")
+    pdl = bool(pdl)
     fast_key = None
     if (not SIMULATED and out is not None and isinstance(w, QuantizedWeight) and w.is_on_device
             and _is_device(a)):
@@ -234,7 +258,7 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
         controls = read_controls(variant)
         for message in controls.warnings:
             warnings.warn(message, RuntimeWarning, stacklevel=2)
-        fast_key = (controls, _array_key(a), _array_key(out), _array_key(bias))
+        fast_key = (controls, pdl, _array_key(a), _array_key(out), _array_key(bias))
         bound = w._launches.get(fast_key)
         if bound is not None:
             bound.launch(_stream_handle(stream))
@@ -242,6 +266,10 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
     M, on_device = _validate(a, w, bias, out)
     vector = len(_describe("a", a)[1]) == 1
     plan = _plan(M, w, np.float16, variant)  # _validate accepted only fp16
+    if pdl and not on_device:
+        raise ValueError("pdl is only accepted with device arrays (the host path is synchronous)")
+    if pdl and not _supports_pdl():
+        raise ValueError("pdl needs a GPU of compute capability 9.0 or newer")
     if not on_device:
         if stream is not None:
             raise ValueError("stream is only accepted with device arrays (the host path is synchronous)")
@@ -263,7 +291,7 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None):
     else:
         result = out
         d_out = _device_view("out", out).reshape(M, w.N)
-    bound = _bind(plan, d_a, w, d_bias, d_out)
+    bound = _bind(plan, d_a, w, d_bias, d_out, pdl)
     bound.launch(handle)
     if fast_key is not None:
         # Later calls with the same arrays and controls skip validation and binding.

@@ -56,18 +56,33 @@ def _scalar_param(value):
     raise TypeError(f"unsupported kernel argument {type(value).__name__}")
 
 
-_LIBCUDA = []
+_LIBCUDA = {}
+#: ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``
+_PROGRAMMATIC = 6
 
 
-def _launch_kernel():
-    """``cuLaunchKernel`` from the driver library, typed for ctypes (loaded on first use)."""
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+def _driver_function(name):
+    """``cuLaunchKernel`` / ``cuLaunchKernelEx`` from the driver library, typed for ctypes."""
     if not _LIBCUDA:
         lib = ctypes.CDLL("libcuda.so.1")
         fn = lib.cuLaunchKernel
         fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
         fn.restype = ctypes.c_int
-        _LIBCUDA.append(fn)
-    return _LIBCUDA[0]
+        fx = lib.cuLaunchKernelEx
+        fx.argtypes = [ctypes.POINTER(_LaunchConfig)] + [ctypes.c_void_p] * 3
+        fx.restype = ctypes.c_int
+        _LIBCUDA.update(cuLaunchKernel=fn, cuLaunchKernelEx=fx)
+    return _LIBCUDA[name]
 
 
 def _error_name(code):
@@ -79,11 +94,16 @@ def _error_name(code):
 
 
 class BoundLaunch:
-    """One kernel with fixed arguments and geometry; ``launch(stream_handle)`` runs it."""
+    """One kernel with fixed arguments and geometry; ``launch(stream_handle)`` runs it.
 
-    __slots__ = ("_call", "_head", "_tail", "_params", "_values")
+    ``programmatic``: launch with programmatic stream serialization (``cuLaunchKernelEx``): the
+    kernel may start before the previous kernel in the stream has finished, so it must call
+    ``griddepcontrol.wait`` before touching anything that kernel writes.
+    """
 
-    def __init__(self, dispatcher, args, grid, block, shared=0):
+    __slots__ = ("_call", "_head", "_tail", "_params", "_values", "_config", "_attribute")
+
+    def __init__(self, dispatcher, args, grid, block, shared=0, programmatic=False):
         from numba.cuda.typing.typeof import Purpose, typeof
 
         sig = tuple(typeof(a, Purpose.argument) for a in args)
@@ -96,14 +116,28 @@ class BoundLaunch:
             values += _array_params(a) if hasattr(a, "__cuda_array_interface__") else _scalar_param(a)
         self._values = values
         self._params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        self._call = _launch_kernel()
-        self._head = (handle, *grid, *block, int(shared))
+        self._config = self._attribute = None
+        if programmatic:
+            self._attribute = _LaunchAttribute(id=_PROGRAMMATIC)
+            self._attribute.value[0] = 1
+            self._config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
+                                         int(shared), None, ctypes.pointer(self._attribute), 1)
+            self._call = _driver_function("cuLaunchKernelEx")
+            self._head = (ctypes.byref(self._config), handle)
+        else:
+            self._call = _driver_function("cuLaunchKernel")
+            self._head = (handle, *grid, *block, int(shared))
         self._tail = (ctypes.addressof(self._params), None)
 
     def launch(self, stream_handle: int = 0):
-        err = self._call(*self._head, stream_handle, *self._tail)
+        if self._config is None:
+            err = self._call(*self._head, stream_handle, *self._tail)
+        else:
+            self._config.hStream = stream_handle
+            err = self._call(*self._head, *self._tail)
         if err:
-            raise CudaCallError("cuLaunchKernel", _error_name(err))
+            raise CudaCallError("cuLaunchKernelEx" if self._config else "cuLaunchKernel",
+                                _error_name(err))
 
 
 class _NumbaLaunch:
@@ -111,16 +145,17 @@ class _NumbaLaunch:
 
     __slots__ = ("_kernel", "_args")
 
-    def __init__(self, dispatcher, args, grid, block, shared=0):
+    def __init__(self, dispatcher, args, grid, block, shared=0, programmatic=False):
         self._kernel, self._args = dispatcher[tuple(grid), tuple(block), 0, shared], args
 
     def launch(self, stream_handle=0):
         self._kernel(*self._args)
 
 
-def bind(dispatcher, args, grid, block, shared=0):
+def bind(dispatcher, args, grid, block, shared=0, programmatic=False):
     """A launch of ``dispatcher`` with ``args`` bound (compiling for their types if needed);
-    ``shared`` is the dynamic shared memory in bytes."""
+    ``shared`` is the dynamic shared memory in bytes; ``programmatic`` see :class:`BoundLaunch`
+    (the simulator runs every launch in order)."""
     if SIMULATED:
         return _NumbaLaunch(dispatcher, args, grid, block, shared)
-    return BoundLaunch(dispatcher, args, grid, block, shared)
+    return BoundLaunch(dispatcher, args, grid, block, shared, programmatic)

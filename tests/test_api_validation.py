@@ -48,6 +48,8 @@ def test_bad_activations(w, rng, no_launch, make_a, exc, match):
     (dict(out=np.zeros(8, np.float32)), TypeError, "out must be float16"),
     (dict(variant="fastest"), ValueError, "variant"),
     (dict(stream=5), ValueError, "stream"),
+    (dict(pdl=1), TypeError, "pdl must be a bool"),
+    (dict(pdl=True), ValueError, "pdl is only accepted with device arrays"),
 ])
 def test_bad_keywords(w, rng, no_launch, kwargs, exc, match):
     with pytest.raises(exc, match=match):

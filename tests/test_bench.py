@@ -373,3 +373,10 @@ def test_benchmark_gemv(benchmark, gpu_session, shape, method):
     timer.close()
     if keep is not None:
         keep.keep.clear()
+
+
+def test_split_variant():
+    from bench.owned_graph import split_variant
+    assert split_variant("auto+pdl") == ("auto", True)
+    assert split_variant("single_warp") == ("single_warp", False)
+    assert split_variant(None) == (None, False)

@@ -92,6 +92,31 @@ def test_single_warp_tunings(rng, monkeypatch, cols, unroll, N, K, mode):
     check(run(a, w, variant="single_warp"), a, w)
 
 
+@pytest.mark.parametrize("offset", [1, 2, 4])  # 2-, 4- and 8-byte aligned activations
+def test_single_warp_activation_alignment(rng, offset, monkeypatch):
+    from int4gemv.api import _pointer
+    loads = []
+    real = single_warp.single_warp_kernel
+    monkeypatch.setattr(ig.api, "single_warp_kernel", lambda *a: loads.append(a[5]) or real(*a))  # a[5]: wide
+    a, w = make(rng, 9, 96, symmetric=False)
+    padded = cuda.to_device(np.concatenate([np.zeros(offset, np.float16), a]))
+    a_d = padded[offset:]
+    out = cuda.to_device(np.full(9, np.nan, np.float16))
+    ig.gemv(a_d, w, out=out, variant="single_warp")
+    assert loads == [_pointer(a_d) % 8 == 0]  # wide (8-byte) loads only where aligned
+    check(out.copy_to_host().astype(np.float64), a, w)
+
+
+@pytest.mark.parametrize("K", [96, 544])  # registers, streaming
+def test_single_warp_programmatic_launch(rng, K):
+    """``pdl=True`` compiles the wait points in (no-ops on the simulator) and changes nothing else."""
+    a, w = make(rng, 7, K, symmetric=False)
+    bias = rng.standard_normal(7).astype(np.float16)
+    out = cuda.to_device(np.full(7, np.nan, np.float16))
+    ig.gemv(cuda.to_device(a), w, bias=cuda.to_device(bias), out=out, variant="single_warp", pdl=True)
+    check(out.copy_to_host().astype(np.float64), a, w, bias)
+
+
 def test_host_path_returns_numpy_and_fills_out(rng):
     a, w = make(rng, 6, 64)
     y = ig.gemv(a, w)

@@ -22,7 +22,7 @@ from numba import cuda
 
 from .intrinsics import half2_fma
 
-__all__ = ["pair_activations", "zero_point_constants", "dot16", "NO_ZP_LOW", "NO_ZP_HIGH"]
+__all__ = ["pair_activations", "pair_activations_wide", "zero_point_constants", "dot16", "NO_ZP_LOW", "NO_ZP_HIGH"]
 
 _LOW, _HIGH = np.uint32(0x000F000F), np.uint32(0x00F000F0)
 _MAGIC = np.uint32(0x64006400)          # half2 (1024, 1024)
@@ -53,6 +53,20 @@ def pair_activations(a16, first, p, row):
         for i in range(4):
             p[row, 4 * h + i] = np.uint32(a16[b + np.uint64(i)]) | (
                 np.uint32(a16[b + np.uint64(i + 4)]) << np.uint32(16))
+
+
+@cuda.jit(device=True, inline=True)
+def pair_activations_wide(a64, word, p, row):
+    """:func:`pair_activations` of uint64 word ``word`` (16 elements) from the activations' uint64
+    view ``a64`` (8-byte aligned): 4 loads and 8 byte permutes instead of 16 loads."""
+    for h in range(2):
+        x = a64[np.uint64(4) * word + np.uint64(2 * h)]      # a0..a3 of this half
+        y = a64[np.uint64(4) * word + np.uint64(2 * h + 1)]  # a4..a7
+        for k in range(2):  # the uint32 holding (a0, a1), then (a2, a3)
+            xk = np.uint32((x >> np.uint64(32 * k)) & np.uint64(0xFFFFFFFF))
+            yk = np.uint32((y >> np.uint64(32 * k)) & np.uint64(0xFFFFFFFF))
+            p[row, 4 * h + 2 * k] = (xk & np.uint32(0xFFFF)) | (yk << np.uint32(16))
+            p[row, 4 * h + 2 * k + 1] = (xk >> np.uint32(16)) | (yk & np.uint32(0xFFFF0000))
 
 
 @cuda.jit(device=True, inline=True)

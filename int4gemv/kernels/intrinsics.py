@@ -17,7 +17,8 @@ import threading
 import numpy as np
 from numba import config, cuda
 
-__all__ = ["int_as_float", "half2_fma", "half2_sum", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
+__all__ = ["int_as_float", "half2_fma", "half2_sum", "wait_for_previous_grid",
+           "allow_next_grid", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
 FULL_MASK = 0xFFFFFFFF
@@ -41,6 +42,12 @@ if SIMULATED:
         """``float32(low half) + float32(high half)``."""
         lo, hi = _halves(x).astype(np.float32)
         return np.float32(lo + hi)
+
+    def wait_for_previous_grid():
+        """No-op: the simulator runs launches one after another."""
+
+    def allow_next_grid():
+        """No-op: the simulator runs launches one after another."""
 
     def _shuffle(value, source):
         me = threading.current_thread()
@@ -88,6 +95,27 @@ else:
                                "=f,r")
             return builder.call(asm, args)
         return types.float32(types.uint32), codegen
+
+    def _void_asm(text, doc):
+        @intrinsic
+        def fn(typingctx):
+            def codegen(context, builder, signature, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
+                                   side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+            return types.void(), codegen
+        fn.__doc__ = doc
+        return fn
+
+    wait_for_previous_grid = _void_asm(
+        "griddepcontrol.wait;",
+        "``griddepcontrol.wait`` (sm_90+): block until the grids this one depends on through a "
+        "programmatic dependent launch have completed and their writes are visible.")
+    allow_next_grid = _void_asm(
+        "griddepcontrol.launch_dependents;",
+        "``griddepcontrol.launch_dependents`` (sm_90+): the next programmatic dependent launch "
+        "may start now (it still waits for this grid's completion before reading its output).")
 
     @cuda.jit(device=True, inline=True)
     def shfl_down(value, delta):

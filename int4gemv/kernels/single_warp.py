@@ -34,8 +34,9 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint64
 
-from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations, zero_point_constants
-from .intrinsics import SIMULATED, half2_sum, shfl_xor
+from .half2 import (NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations, pair_activations_wide,
+                    zero_point_constants)
+from .intrinsics import SIMULATED, allow_next_grid, half2_sum, shfl_xor, wait_for_previous_grid
 
 __all__ = ["single_warp_kernel", "geometry", "activation_mode", "TUNINGS", "DEFAULT_TUNING",
            "BLOCKS_PER_SM", "MODES", "MIN_BLOCKS", "min_blocks"]
@@ -73,18 +74,24 @@ def geometry(N: int, cols: int, multiprocessors: int):
 
 @functools.lru_cache(maxsize=None)
 def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = True,
-                       blocks_per_sm: int = 0):
+                       blocks_per_sm: int = 0, wide: bool = True, pdl: bool = False):
     """The kernel for one ``(cols, unroll)`` tuning, activation mode and zero-point presence
     (a compile-time choice: without zero points the offsets are those of zp = 8), compiled on
     first launch, with launch bounds ``(32, blocks_per_sm)`` when that is not 0 (ignored on the
     simulator). Its ``has_zp`` argument must equal ``zero_points``; its activations argument
-    is the fp16 vector's uint16 view."""
+    is the fp16 vector's uint64 view when ``wide`` (8-byte aligned data: 4 loads per 16
+    activations), else its uint16 view (16 loads).
+
+    ``pdl`` (sm_90+): compiled for a programmatic dependent launch. The kernel lets the next
+    such launch start at once, issues its first column group's weight loads, and only then waits
+    for the previous grid to complete, before it reads the activations or bias or writes ``out``.
+    """
     if (cols, unroll) not in TUNINGS:
         raise ValueError(f"(cols, unroll) must be one of {TUNINGS}; got {(cols, unroll)}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
     resident = mode == "registers"
-    ZP = bool(zero_points)
+    ZP, WIDE, PDL = bool(zero_points), bool(wide), bool(pdl)
     C, U = cols, unroll
     CHUNK = 32 * U  # uint64 words of one column per K chunk
     # Index arithmetic is 32-bit unsigned (a weight has < 2**32 uint64 words, see
@@ -92,10 +99,13 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
     U0, U1, U2, U4 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(4)
 
     @cuda.jit(device=True, inline=True)
-    def load_activations(a16, base, lane, nw, pairs):
+    def load_activations(act, base, lane, nw, pairs):
         for u in range(U):
             j = min(base + lane + np.uint32(32 * u), nw - U1)
-            pair_activations(a16, uint64(j) << uint64(4), pairs, u)
+            if WIDE:
+                pair_activations_wide(act, uint64(j), pairs, u)
+            else:
+                pair_activations(act, uint64(j) << uint64(4), pairs, u)
 
     @cuda.jit(device=True, inline=True)
     def load_group(words, scales, zero_points, n_first, base, lane, N, nw, nz, wv, sv, zv):
@@ -171,8 +181,8 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
     bounds = {} if SIMULATED or not blocks_per_sm else {"launch_bounds": (32, blocks_per_sm)}
 
     @cuda.jit(**bounds)
-    def kernel(a16, words, scales, zero_points, has_zp, bias, has_bias, out, K):
-        """a16: fp16 [K] as uint16; words: uint64 [N * K/16]; scales: fp16 [N * K/32];
+    def kernel(act, words, scales, zero_points, has_zp, bias, has_bias, out, K):
+        """act: fp16 [K] as uint64 (wide) or uint16; words: uint64 [N * K/16]; scales: fp16 [N * K/32];
         zero_points: uint8 [N * ceil(K/64)]; bias: fp16 [N]; out: fp16 [N]."""
         lane = np.uint32(cuda.threadIdx.x)
         N = np.uint32(out.shape[0])
@@ -189,6 +199,8 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
         zv = cuda.local.array((C, U), np.uint32)
         pairs = cuda.local.array((U, 8), np.uint32)
         g = np.uint32(cuda.blockIdx.x)
+        if PDL:
+            allow_next_grid()
         if resident:
             # Activations once; then a two-stage pipeline over two register buffers, A and B
             # (the loop body is written out for both so that no buffer is ever copied): the
@@ -196,9 +208,11 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
             wv2 = cuda.local.array((C, U), uint64)
             sv2 = cuda.local.array((C, U), float32)
             zv2 = cuda.local.array((C, U), np.uint32)
-            load_activations(a16, U0, lane, nw, pairs)
             load_group(words, scales, zero_points, min(g, last) * np.uint32(C), U0,
                        lane, N, nw, nz, wv, sv, zv)
+            if PDL:
+                wait_for_previous_grid()
+            load_activations(act, U0, lane, nw, pairs)
             while g < groups:
                 g_next = g + stride
                 load_group(words, scales, zero_points, min(g_next, last) * np.uint32(C), U0,
@@ -213,12 +227,19 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                 fold_group(wv2, sv2, zv2, pairs, acc)
                 write_group(acc, g_next * np.uint32(C), lane, N, bias, has_bias, out)
         else:
+            prefetched = PDL
+            if PDL:  # the first chunk's weights are in flight while the previous grid ends
+                load_group(words, scales, zero_points, g * np.uint32(C), U0, lane, N, nw, nz,
+                           wv, sv, zv)
+                wait_for_previous_grid()
             while g < groups:
                 n_first = g * np.uint32(C)
                 for base in range(U0, nw, np.uint32(CHUNK)):
-                    load_group(words, scales, zero_points, n_first, base, lane, N, nw, nz,
-                               wv, sv, zv)
-                    load_activations(a16, base, lane, nw, pairs)
+                    if not prefetched:
+                        load_group(words, scales, zero_points, n_first, base, lane, N, nw, nz,
+                                   wv, sv, zv)
+                    prefetched = False
+                    load_activations(act, base, lane, nw, pairs)
                     fold_group(wv, sv, zv, pairs, acc)
                 write_group(acc, n_first, lane, N, bias, has_bias, out)
                 g += stride
