@@ -13,12 +13,13 @@ is safe inside CUDA graph capture once the kernel was compiled by an earlier cal
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 
 import numpy as np
 from numba import cuda
 
-from .controls import read_controls
+from .controls import COLS, LEGACY, PRIMARY, UNROLL, read_controls
 from .dispatch import Plan, plan_gemv
 from .kernels import default_kernel, single_warp_kernel
 from .kernels.intrinsics import SIMULATED
@@ -217,14 +218,31 @@ def _bind(plan, a2, w, bias, out2, pdl=False):
     return bind(kernel, args, plan.grid, plan.block)
 
 
-def _array_key(x):
-    """What validation and binding depend on: type, dtype, shape, strides and data pointer."""
-    if x is None:
-        return None
+def _device_key(x):
+    """What validation and binding depend on for a device array: type, dtype, shape, strides and
+    data pointer; ``None`` for anything that is not a device array. Numba arrays are read
+    through attributes (building their ``__cuda_array_interface__`` dict costs microseconds)."""
     if type(x) is _DeviceNDArray:
         return (_DeviceNDArray, x.dtype, x.shape, x.strides, x.device_ctypes_pointer.value)
-    cai = x.__cuda_array_interface__
+    if x is None or isinstance(x, np.ndarray):
+        return None
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is None:
+        return None
     return (type(x), cai["typestr"], tuple(cai["shape"]), cai.get("strides"), cai["data"][0])
+
+
+def _fast_key(a, w, bias, out, variant, pdl):
+    """The key of a launch bound earlier for exactly these arrays, controls and ``pdl``, or
+    ``None`` when the call cannot take that path (host arrays, no ``out``, weight not on the
+    device). The controls enter as the raw environment strings they are resolved from."""
+    if SIMULATED or out is None or not isinstance(w, QuantizedWeight) or w._device is None:
+        return None
+    keys = _device_key(a), _device_key(out), _device_key(bias)
+    if keys[0] is None or keys[1] is None or (bias is not None and keys[2] is None):
+        return None
+    env = os.environ
+    return (variant, pdl, env.get(PRIMARY), env.get(LEGACY), env.get(COLS), env.get(UNROLL)) + keys
 
 
 def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False):
@@ -251,18 +269,15 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False):
     if not isinstance(pdl, (bool, np.bool_)):
         raise TypeError(f"pdl must be a bool; got {type(pdl).__name__}")
     pdl = bool(pdl)
-    fast_key = None
-    if (not SIMULATED and out is not None and isinstance(w, QuantizedWeight) and w.is_on_device
-            and _is_device(a)):
-        # Launches bound earlier for the same arrays and controls live on the weight itself.
-        controls = read_controls(variant)
-        for message in controls.warnings:
+    # Launches bound earlier for the same arrays, controls and pdl live on the weight itself.
+    fast_key = _fast_key(a, w, bias, out, variant, pdl)
+    hit = None if fast_key is None else w._launches.get(fast_key)
+    if hit is not None:
+        bound, messages = hit
+        for message in messages:
             warnings.warn(message, RuntimeWarning, stacklevel=2)
-        fast_key = (controls, pdl, _array_key(a), _array_key(out), _array_key(bias))
-        bound = w._launches.get(fast_key)
-        if bound is not None:
-            bound.launch(_stream_handle(stream))
-            return out
+        bound.launch(_stream_handle(stream))
+        return out
     M, on_device = _validate(a, w, bias, out)
     vector = len(_describe("a", a)[1]) == 1
     plan = _plan(M, w, np.float16, variant)  # _validate accepted only fp16
@@ -295,7 +310,7 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False):
     bound.launch(handle)
     if fast_key is not None:
         # Later calls with the same arrays and controls skip validation and binding.
-        w._launches[fast_key] = bound
+        w._launches[fast_key] = (bound, plan.warnings)
         if len(w._launches) > _MAX_BINDINGS:
             w._launches.popitem(last=False)
     return result

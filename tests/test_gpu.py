@@ -101,3 +101,65 @@ def test_bound_launch_is_reused_and_rebinds_on_new_arrays(rng):
     ig.gemv(d2, w, out=out, variant="single_warp")
     assert len(w._launches) == 2
     assert _err(out.copy_to_host().astype(np.float64), ig.reference_gemv(a2, w)) <= TOL
+
+
+def test_bound_launch_follows_environment_changes(rng, monkeypatch):
+    from numba import cuda
+    N, K = 1000, 2048
+    w = ig.quantize(rng.standard_normal((N, K)).astype(np.float32), 32)
+    a = rng.standard_normal(K).astype(np.float16)
+    d, out = cuda.to_device(a), cuda.device_array(N, np.float16)
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "1")
+    for cols in ("4", "2", "4"):
+        monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", cols)
+        out[:] = np.full(N, np.nan, np.float16)
+        ig.gemv(d, w, out=out)
+        ig.gemv(d, w, out=out)
+        assert _err(out.copy_to_host().astype(np.float64), ig.reference_gemv(a, w)) <= TOL
+    assert len(w._launches) == 2  # one binding per distinct environment, reused after
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "0")
+    ig.gemv(d, w, out=out)
+    assert len(w._launches) == 3
+
+
+@pytest.mark.parametrize("K1", [2048, 6144])  # the second launch in registers / streaming mode
+def test_programmatic_launches_wait_for_their_producer(rng, K1):
+    """A chain where each launch reads the previous one's output, all with ``pdl=True`` on one
+    stream, eager and captured in a graph: a missing wait would read stale activations."""
+    torch = pytest.importorskip("torch")
+    N1, N2 = 2048, 1024
+    w1 = ig.quantize((rng.standard_normal((N1, K1)) * 0.05).astype(np.float32), 32)
+    w2 = ig.quantize((rng.standard_normal((N2, N1)) * 0.05).astype(np.float32), 32)
+    a = torch.from_numpy(rng.standard_normal(K1).astype(np.float16)).cuda()
+    mid = torch.empty(N1, dtype=torch.float16, device="cuda")
+    out = torch.empty(N2, dtype=torch.float16, device="cuda")
+    s = torch.cuda.Stream()
+
+    def chain():
+        ig.gemv(a, w1, out=mid, stream=s, variant="single_warp", pdl=True)
+        ig.gemv(mid, w2, out=out, stream=s, variant="single_warp", pdl=True)
+
+    def check():
+        y1 = ig.reference_gemv(a.cpu().numpy(), w1)
+        y2 = ig.reference_gemv(mid.cpu().numpy(), w2)
+        assert _err(mid.cpu().numpy().astype(np.float64), y1) <= TOL
+        assert _err(out.cpu().numpy().astype(np.float64), y2) <= TOL
+
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            a.copy_(torch.randn(K1, dtype=torch.float16, device="cuda"))
+            mid.fill_(float("nan"))
+            out.fill_(float("nan"))
+            chain()
+            s.synchronize()
+            check()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            chain()
+        for _ in range(3):
+            a.copy_(torch.randn(K1, dtype=torch.float16, device="cuda"))
+            mid.fill_(float("nan"))
+            out.fill_(float("nan"))
+            g.replay()
+            s.synchronize()
+            check()
