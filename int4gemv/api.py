@@ -211,11 +211,9 @@ def _bind(plan, a2, w, bias, out2, pdl=False):
                 d["scales_flat"], d["zero_points_flat"], has_zp, bias_arg, has_bias,
                 out2.reshape(w.N), w.K)
         return bind(kernel, args, plan.grid, plan.block, programmatic=pdl)
-    else:
-        kernel = default_kernel
-        args = (a2, d["words"], d["words_flat"], d["scales"], d["zero_points"], has_zp, bias_arg,
-                has_bias, out2, w.K, w.block_size)
-    return bind(kernel, args, plan.grid, plan.block)
+    args = (a2, d["words"], d["words_flat"], d["scales"], d["zero_points"], has_zp, bias_arg,
+            has_bias, out2, w.K, w.block_size)
+    return bind(default_kernel, args, plan.grid, plan.block)
 
 
 def _device_key(x):
@@ -236,7 +234,8 @@ def _fast_key(a, w, bias, out, variant, pdl):
     """The key of a launch bound earlier for exactly these arrays, controls and ``pdl``, or
     ``None`` when the call cannot take that path (host arrays, no ``out``, weight not on the
     device). The controls enter as the raw environment strings they are resolved from."""
-    if SIMULATED or out is None or not isinstance(w, QuantizedWeight) or w._device is None:
+    if (SIMULATED or out is None or not isinstance(w, QuantizedWeight) or w._device is None
+            or not (variant is None or isinstance(variant, str))):
         return None
     keys = _device_key(a), _device_key(out), _device_key(bias)
     if keys[0] is None or keys[1] is None or (bias is not None and keys[2] is None):

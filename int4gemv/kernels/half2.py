@@ -22,7 +22,8 @@ from numba import cuda
 
 from .intrinsics import half2_fma
 
-__all__ = ["pair_activations", "pair_activations_wide", "zero_point_constants", "dot16", "NO_ZP_LOW", "NO_ZP_HIGH"]
+__all__ = ["pair_activations", "pair_activations_wide", "zero_point_constants", "dot16",
+           "NO_ZP_LOW", "NO_ZP_HIGH"]
 
 _LOW, _HIGH = np.uint32(0x000F000F), np.uint32(0x00F000F0)
 _MAGIC = np.uint32(0x64006400)          # half2 (1024, 1024)

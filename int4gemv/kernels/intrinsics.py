@@ -1,10 +1,10 @@
 """Bit, half2 and warp primitives the kernels use, with faithful stand-ins for Numba's simulator.
 
-On hardware these are libdevice / warp intrinsics and two small inline-PTX functions
-(``fma.rn.f16x2`` and a half2-to-float32 sum; Numba has no half2 arithmetic). A half2 value is
-carried as the uint32 holding its bits: low half = element 0. Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``)
-has no warp shuffles and its libdevice functions are empty, so the same kernel source would not
-run there. The simulated versions below implement the hardware semantics for a whole block that
+On hardware these are libdevice / warp intrinsics and small inline-PTX functions: ``fma.rn.f16x2``
+and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is carried as the uint32
+holding its bits, low half = element 0) and the two ``griddepcontrol`` instructions of a
+programmatic dependent launch. Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) has no warp
+shuffles and its libdevice functions are empty, so the same kernel source would not run there. The simulated versions below implement the hardware semantics for a whole block that
 calls them uniformly (which every kernel here does): ``shfl_down`` reads lane ``lane + delta`` of
 the same warp and returns the caller's own value when that lane is past the warp's end;
 ``shfl_xor`` reads lane ``lane ^ mask``.

@@ -20,8 +20,7 @@ Where the activations live (``activations``, chosen by :func:`activation_mode`):
 
 Per column group a lane issues all ``cols * unroll`` 8-byte weight loads (coalesced) and their
 scales (and zero points) before using any, folds each word with :func:`~.half2.dot16`, and a
-transposing warp-shuffle reduction finishes; one lane per column writes
-it (+ bias).
+transposing warp-shuffle reduction finishes; one lane per column writes it (+ bias).
 
 Index arithmetic is unsigned (no negative-index wraparound code) and loads are branch-free: an
 out-of-range word or column is clamped to a valid address and its scale is zeroed, so it adds 0.
