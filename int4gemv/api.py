@@ -33,30 +33,27 @@ else:
 
 __all__ = ["gemv", "explain"]
 
-_device_names = {}
-_multiprocessors = {}
-_capabilities = {}
+_device_facts = {}  # device id -> (name, multiprocessors, compute capability)
 _MAX_BINDINGS = 64  # bound launches kept per weight
 
 
-def _device_name():
-    if SIMULATED:
-        return "simulator"
+def _current_device_facts():
+    """``(name, multiprocessors, compute_capability)`` of the current device, read once per device."""
     dev = cuda.get_current_device()
-    name = _device_names.get(dev.id)
-    if name is None:
-        name = _device_names[dev.id] = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
-    return name
+    facts = _device_facts.get(dev.id)
+    if facts is None:
+        name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+        facts = _device_facts[dev.id] = (name, dev.MULTIPROCESSOR_COUNT,
+                                         tuple(dev.compute_capability))
+    return facts
+
+
+def _device_name():
+    return "simulator" if SIMULATED else _current_device_facts()[0]
 
 
 def _multiprocessor_count():
-    if SIMULATED:
-        return 1
-    dev = cuda.get_current_device()
-    count = _multiprocessors.get(dev.id)
-    if count is None:
-        count = _multiprocessors[dev.id] = dev.MULTIPROCESSOR_COUNT
-    return count
+    return 1 if SIMULATED else _current_device_facts()[1]
 
 
 def _stream_handle(stream):
@@ -187,13 +184,7 @@ def explain(a, w, *, bias=None, out=None, variant=None) -> Plan:
 
 def _supports_pdl():
     """Programmatic dependent launch needs compute capability 9.0 (Hopper) or newer."""
-    if SIMULATED:
-        return True
-    dev = cuda.get_current_device()
-    cc = _capabilities.get(dev.id)
-    if cc is None:
-        cc = _capabilities[dev.id] = tuple(dev.compute_capability)
-    return cc >= (9, 0)
+    return SIMULATED or _current_device_facts()[2] >= (9, 0)
 
 
 def _bind(plan, a2, w, bias, out2, pdl=False):
