@@ -26,7 +26,7 @@ __all__ = ["main", "parse_args"]
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer tunings, 20 replays, 2 decode-step variants")
+    p.add_argument("--quick", action="store_true", help="fewer tunings, 20 replays, 4 decode-step variants")
     p.add_argument("--shapes", nargs="+", metavar="SHAPE",
                    help="projection names (q_proj ...), merged groups (qkv_proj, gate_up_proj) or NxK")
     p.add_argument("--out", type=Path, help="output folder (default: $OUT, else bench/results)")

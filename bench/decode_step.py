@@ -29,8 +29,9 @@ from .workloads import step_bytes, step_projections
 
 __all__ = ["DEFAULT_VARIANTS", "run_decode_step"]
 
-#: ``+pdl``: the same launches as programmatic dependent launches (``gemv(..., pdl=True)``).
-DEFAULT_VARIANTS = ("default", "single_warp", "auto", "auto+pdl")
+#: ``+pdl``: the same launches as programmatic dependent launches (``gemv(..., pdl=True)``);
+#: ``+pdl+l2``: those with each kernel's weights prefetched into L2 (``prefetch=True``).
+DEFAULT_VARIANTS = ("default", "single_warp", "auto", "auto+pdl", "auto+pdl+l2")
 _EAGER_RUNS = 5
 
 
@@ -125,8 +126,8 @@ def _eager_us(graphs, launches, staged):
         t0 = time.perf_counter()
         staged[0].copy_to_device(staged[1], stream=stream)
         for a, w, out, variant in launches:
-            variant, pdl = split_variant(variant)
-            int4gemv.gemv(a, w, out=out, stream=graphs.stream, variant=variant, pdl=pdl)
+            variant, options = split_variant(variant)
+            int4gemv.gemv(a, w, out=out, stream=graphs.stream, variant=variant, **options)
         stream.synchronize()
         runs.append(time.perf_counter() - t0)
     return statistics.median(runs[1:]) * 1e6

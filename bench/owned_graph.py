@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GemvGraphs", "split_variant"]
+__all__ = ["GemvGraphs", "split_variant", "LAUNCH_SUFFIXES"]
 
 
 def _simulated() -> bool:
@@ -27,12 +27,19 @@ def _simulated() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+#: Suffixes of a bench variant name and the ``int4gemv.gemv`` launch options they stand for.
+LAUNCH_SUFFIXES = {"+pdl": {"pdl": True}, "+pdl+l2": {"pdl": True, "prefetch": True}}
+
+
 def split_variant(name):
-    """``"auto+pdl"`` → ``("auto", True)``: a bench variant is an int4gemv ``variant`` plus, with
-    ``+pdl``, programmatic dependent launches (``int4gemv.gemv(..., pdl=True)``)."""
-    if name is not None and name.endswith("+pdl"):
-        return name[:-4], True
-    return name, False
+    """``"auto+pdl+l2"`` → ``("auto", {"pdl": True, "prefetch": True})``: a bench variant is an
+    int4gemv ``variant`` plus the ``gemv`` launch options of its suffix (:data:`LAUNCH_SUFFIXES`:
+    ``+pdl`` programmatic dependent launches, ``+pdl+l2`` those with the L2 weight prefetch)."""
+    if name is not None:
+        for suffix in sorted(LAUNCH_SUFFIXES, key=len, reverse=True):
+            if name.endswith(suffix):
+                return name[:-len(suffix)], dict(LAUNCH_SUFFIXES[suffix])
+    return name, {}
 
 
 class GemvGraphs:
@@ -98,12 +105,12 @@ class GemvGraphs:
     # -- launches and graphs ------------------------------------------------------------------------
     def gemv(self, capture, a, w, out, *, variant=None) -> None:
         """Enqueue ``out = a · wᵀ`` on ``capture.stream`` (captured, or eager when graphs are off).
-        ``variant`` may end in ``+pdl`` (see :func:`split_variant`)."""
-        variant, pdl = split_variant(variant)
+        ``variant`` may end in a launch suffix (see :func:`split_variant`)."""
+        variant, options = split_variant(variant)
         if not self.simulated:
             import int4gemv
 
-            int4gemv.gemv(a, w, out=out, stream=capture.stream, variant=variant, pdl=pdl)
+            int4gemv.gemv(a, w, out=out, stream=capture.stream, variant=variant, **options)
             return
         self._sim.launch_kernel(capture.stream, _SimulatedGemv(w, variant), a, out)
 

@@ -43,9 +43,9 @@ def main():
     if args.shapes:
         keep = set(args.shapes.split(","))
         shapes = [s for s in shapes if s[0] in keep]
-    # "CxU" or "CxU@B": B = launch bound in blocks per SM (single_warp.MIN_BLOCKS)
-    tunings = [tuple(int(x) for x in t.replace("@", "x").split("x")) for t in args.tunings.split(",") if t]
-    tunings = [t if len(t) == 3 else (*t, 0) for t in tunings]
+    # "CxU[@B][/G]": B = launch bound in blocks per SM (single_warp.MIN_BLOCKS); G = a grid of at
+    # most G blocks per SM, balanced so that every block takes the same number of column groups.
+    tunings = [_parse_tuning(t) for t in args.tunings.split(",") if t]
     dev = torch.device("cuda")
     torch_stream = torch.cuda.Stream()
     rng = np.random.default_rng(0)
@@ -91,9 +91,11 @@ def main():
             ww._keep = (pk, sc)
             rot.append(ww)
         out_d = cuda.device_array(N, np.float16)
+        from int4gemv.kernels import single_warp as _sw
+        plain_geometry = _sw.geometry
         for vname, tun in variants:
             if tun:
-                from int4gemv.kernels import single_warp as _sw
+                _sw.geometry = plain_geometry if not tun[3] else _balanced_geometry(tun[3])
                 _sw.MIN_BLOCKS.clear()
                 _sw.MIN_BLOCKS[(tun[0], tun[1], _sw.activation_mode(K, tun[1]))] = tun[2]
                 ig.api._cached_plan.cache_clear()
@@ -134,10 +136,11 @@ def main():
                 t = float(np.median(ts))
                 plan = ig.explain(a_d, w, variant=vname)
                 label = vname if not tun else (f"sw{tun[0]}x{tun[1]}{plan.activations[:3]}"
-                                               + (f"@{tun[2]}" if tun[2] else ""))
+                                               + (f"@{tun[2]}" if tun[2] else "")
+                                               + (f"/{tun[3]}" if tun[3] else ""))
                 rec = dict(shape=name, N=N, K=K, variant=label, us=t * 1e6, gbs=nbytes / t / 1e9,
                            pct_copy=100 * nbytes / t / copy_bw, rel_err=err, all_written=written,
-                           kernel=plan.kernel, single_eager_us=single_us, spread_us=float((np.percentile(ts, 90) - np.percentile(ts, 10)) * 1e6))
+                           kernel=plan.kernel, grid=plan.grid[0], single_eager_us=single_us, spread_us=float((np.percentile(ts, 90) - np.percentile(ts, 10)) * 1e6))
                 records.append(rec)
                 rows.append(rec)
                 print(json.dumps(rec), flush=True)
@@ -145,6 +148,8 @@ def main():
             finally:
                 for k in env:
                     os.environ.pop(k, None)
+        _sw.geometry = plain_geometry
+        ig.api._cached_plan.cache_clear()
         try:
             t = _tinygemm_us(torch, N, K, copies=max(2, -(-args.rotate_mb * 2**20 // nbytes)), G=64, replays=args.replays)
             rec = dict(shape=name, N=N, K=K, variant="tinygemm", us=t, gbs=nbytes / t * 1e-3,
@@ -186,7 +191,7 @@ def main():
     # Registers, local memory, SASS instruction mix.
     sass_info = {}
     for label, kern in [("default", default_kernel)] + [
-            (f"sw{c}x{u}{m[:3]}@{b}", single_warp_kernel(c, u, m, False, b)) for c, u, b in tunings
+            (f"sw{c}x{u}{m[:3]}@{b}", single_warp_kernel(c, u, m, False, b)) for c, u, b, _ in tunings
             for m in ("registers", "streaming")]:
         for sig, k in kern.overloads.items():
             regs = k.regs_per_thread
@@ -210,6 +215,24 @@ def main():
     for r in rows:
         print(f"{r['shape']:10} {r['variant']:10} {r['us']:8.2f} {r['gbs']:7.0f} {r['pct_copy']:6.1f} "
               f"{r['rel_err']:8.1e} {r['single_eager_us']:8.1f}")
+
+
+def _parse_tuning(text):
+    """``"CxU[@B][/G]"`` → ``(C, U, B, G)`` (0 where absent)."""
+    text, _, cap = text.partition("/")
+    text, _, bound = text.partition("@")
+    c, u = (int(x) for x in text.split("x"))
+    return c, u, int(bound or 0), int(cap or 0)
+
+
+def _balanced_geometry(cap):
+    """``single_warp.geometry`` with at most ``cap`` blocks per SM and every block taking the
+    same number of column groups (the grid trimmed to whole rounds)."""
+    def geometry(N, cols, multiprocessors):
+        groups = -(-N // cols)
+        rounds = -(-groups // (cap * multiprocessors))
+        return (max(1, -(-groups // rounds)), 1, 1), (32, 1, 1)
+    return geometry
 
 
 def _tinygemm_us(torch, N, K, copies, G, replays):

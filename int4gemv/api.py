@@ -187,9 +187,10 @@ def _supports_pdl():
     return SIMULATED or _current_device_facts()[2] >= (9, 0)
 
 
-def _bind(plan, a2, w, bias, out2, pdl=False):
+def _bind(plan, a2, w, bias, out2, pdl=False, prefetch=False):
     """A launch of the planned kernel with these arguments bound (see :mod:`.launcher`).
-    ``pdl`` applies to the single-warp kernel only (the default tiling has no wait point)."""
+    ``pdl`` and ``prefetch`` apply to the single-warp kernel only (the default tiling has no
+    wait point)."""
     d = w.device_arrays()
     has_zp = w.zero_points is not None
     has_bias = bias is not None
@@ -197,7 +198,7 @@ def _bind(plan, a2, w, bias, out2, pdl=False):
     if plan.kernel == "single_warp":
         wide = _pointer(a2) % 8 == 0  # 8-byte activation loads where aligned
         kernel = single_warp_kernel(plan.cols, plan.unroll, plan.activations, has_zp,
-                                    plan.blocks_per_sm, wide, pdl)
+                                    plan.blocks_per_sm, wide, pdl, prefetch)
         args = (a2.reshape(w.K).view(np.uint64 if wide else np.uint16), d["words64_flat"],
                 d["scales_flat"], d["zero_points_flat"], has_zp, bias_arg, has_bias,
                 out2.reshape(w.N), w.K)
@@ -222,7 +223,8 @@ def _device_key(x):
 
 
 def _fast_key(a, w, bias, out, variant, pdl):
-    """The key of a launch bound earlier for exactly these arrays, controls and ``pdl``, or
+    """The key of a launch bound earlier for exactly these arrays, controls and ``pdl`` (False,
+    True or ``"prefetch"``), or
     ``None`` when the call cannot take that path (host arrays, no ``out``, weight not on the
     device). The controls enter as the raw environment strings they are resolved from."""
     if (SIMULATED or out is None or not isinstance(w, QuantizedWeight) or w._device is None
@@ -235,7 +237,7 @@ def _fast_key(a, w, bias, out, variant, pdl):
     return (variant, pdl, env.get(PRIMARY), env.get(LEGACY), env.get(COLS), env.get(UNROLL)) + keys
 
 
-def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False):
+def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False, prefetch=False):
     """``Y = A · ((q − zp) · scale)ᵀ + bias`` with fp16 ``a`` ``[K]`` or ``[M, K]``.
 
     Args:
@@ -250,17 +252,25 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False):
             still runs: it issues its first weight loads, then waits for that kernel to finish
             before it reads ``a`` or ``bias`` or writes ``out``. So the weights must not be
             written by a kernel that may still be running. Default-tiling launches ignore it.
+        prefetch: with ``pdl=True`` only: before that wait the kernel also prefetches its whole
+            weight (packed nibbles and scales, when at most
+            :data:`~int4gemv.kernels.single_warp.PREFETCH_LIMIT_BYTES`) into L2, and lets the
+            next launch start only once the wait is over, so in a chain of such launches each
+            kernel's weights stream in while the kernel before it runs.
 
     Returns: device path, ``out`` itself when given, else a new Numba device array; host path,
     a numpy array (``out`` when given).
 
     Raises ``TypeError``/``ValueError`` naming the argument before any launch.
     """
-    if not isinstance(pdl, (bool, np.bool_)):
-        raise TypeError(f"pdl must be a bool; got {type(pdl).__name__}")
-    pdl = bool(pdl)
+    for name, flag in (("pdl", pdl), ("prefetch", prefetch)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool; got {type(flag).__name__}")
+    pdl, prefetch = bool(pdl), bool(prefetch)
+    if prefetch and not pdl:
+        raise ValueError("prefetch needs pdl=True (it runs while the previous kernel drains)")
     # Launches bound earlier for the same arrays, controls and pdl live on the weight itself.
-    fast_key = _fast_key(a, w, bias, out, variant, pdl)
+    fast_key = _fast_key(a, w, bias, out, variant, "prefetch" if prefetch else pdl)
     hit = None if fast_key is None else w._launches.get(fast_key)
     if hit is not None:
         bound, messages = hit
@@ -296,7 +306,7 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False):
     else:
         result = out
         d_out = _device_view("out", out).reshape(M, w.N)
-    bound = _bind(plan, d_a, w, d_bias, d_out, pdl)
+    bound = _bind(plan, d_a, w, d_bias, d_out, pdl, prefetch)
     bound.launch(handle)
     if fast_key is not None:
         # Later calls with the same arrays and controls skip validation and binding.

@@ -50,6 +50,8 @@ def test_bad_activations(w, rng, no_launch, make_a, exc, match):
     (dict(stream=5), ValueError, "stream"),
     (dict(pdl=1), TypeError, "pdl must be a bool"),
     (dict(pdl=True), ValueError, "pdl is only accepted with device arrays"),
+    (dict(prefetch=1), TypeError, "prefetch must be a bool"),
+    (dict(prefetch=True), ValueError, "prefetch needs pdl=True"),
 ])
 def test_bad_keywords(w, rng, no_launch, kwargs, exc, match):
     with pytest.raises(exc, match=match):

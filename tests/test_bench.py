@@ -377,6 +377,7 @@ def test_benchmark_gemv(benchmark, gpu_session, shape, method):
 
 def test_split_variant():
     from bench.owned_graph import split_variant
-    assert split_variant("auto+pdl") == ("auto", True)
-    assert split_variant("single_warp") == ("single_warp", False)
-    assert split_variant(None) == (None, False)
+    assert split_variant("auto+pdl") == ("auto", {"pdl": True})
+    assert split_variant("auto+pdl+l2") == ("auto", {"pdl": True, "prefetch": True})
+    assert split_variant("single_warp") == ("single_warp", {})
+    assert split_variant(None) == (None, {})

@@ -122,10 +122,12 @@ def test_bound_launch_follows_environment_changes(rng, monkeypatch):
     assert len(w._launches) == 3
 
 
+@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("K1", [2048, 6144])  # the second launch in registers / streaming mode
-def test_programmatic_launches_wait_for_their_producer(rng, K1):
-    """A chain where each launch reads the previous one's output, all with ``pdl=True`` on one
-    stream, eager and captured in a graph: a missing wait would read stale activations."""
+def test_programmatic_launches_wait_for_their_producer(rng, K1, prefetch):
+    """A chain where each launch reads the previous one's output, all with ``pdl=True`` (and
+    the L2 prefetch) on one stream, eager and captured in a graph: a missing wait would read
+    stale activations."""
     torch = pytest.importorskip("torch")
     N1, N2 = 2048, 1024
     w1 = ig.quantize((rng.standard_normal((N1, K1)) * 0.05).astype(np.float32), 32)
@@ -136,8 +138,8 @@ def test_programmatic_launches_wait_for_their_producer(rng, K1):
     s = torch.cuda.Stream()
 
     def chain():
-        ig.gemv(a, w1, out=mid, stream=s, variant="single_warp", pdl=True)
-        ig.gemv(mid, w2, out=out, stream=s, variant="single_warp", pdl=True)
+        ig.gemv(a, w1, out=mid, stream=s, variant="single_warp", pdl=True, prefetch=prefetch)
+        ig.gemv(mid, w2, out=out, stream=s, variant="single_warp", pdl=True, prefetch=prefetch)
 
     def check():
         y1 = ig.reference_gemv(a.cpu().numpy(), w1)

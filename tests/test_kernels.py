@@ -107,13 +107,16 @@ def test_single_warp_activation_alignment(rng, offset, monkeypatch):
     check(out.copy_to_host().astype(np.float64), a, w)
 
 
+@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("K", [96, 544])  # registers, streaming
-def test_single_warp_programmatic_launch(rng, K):
-    """``pdl=True`` compiles the wait points in (no-ops on the simulator) and changes nothing else."""
+def test_single_warp_programmatic_launch(rng, K, prefetch):
+    """``pdl=True`` (and ``prefetch=True``) compile the wait points and prefetches in (no-ops on
+    the simulator) and change nothing else."""
     a, w = make(rng, 7, K, symmetric=False)
     bias = rng.standard_normal(7).astype(np.float16)
     out = cuda.to_device(np.full(7, np.nan, np.float16))
-    ig.gemv(cuda.to_device(a), w, bias=cuda.to_device(bias), out=out, variant="single_warp", pdl=True)
+    ig.gemv(cuda.to_device(a), w, bias=cuda.to_device(bias), out=out, variant="single_warp", pdl=True,
+            prefetch=prefetch)
     check(out.copy_to_host().astype(np.float64), a, w, bias)
 
 

@@ -2,8 +2,8 @@
 
 On hardware these are libdevice / warp intrinsics and small inline-PTX functions: ``fma.rn.f16x2``
 and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is carried as the uint32
-holding its bits, low half = element 0) and the two ``griddepcontrol`` instructions of a
-programmatic dependent launch. Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) has no warp
+holding its bits, low half = element 0), the two ``griddepcontrol`` instructions of a
+programmatic dependent launch and a bulk L2 prefetch (a no-op on the simulator). Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) has no warp
 shuffles and its libdevice functions are empty, so the same kernel source would not run there. The simulated versions below implement the hardware semantics for a whole block that
 calls them uniformly (which every kernel here does): ``shfl_down`` reads lane ``lane + delta`` of
 the same warp and returns the caller's own value when that lane is past the warp's end;
@@ -18,7 +18,7 @@ import numpy as np
 from numba import config, cuda
 
 __all__ = ["int_as_float", "half2_fma", "half2_sum", "wait_for_previous_grid",
-           "allow_next_grid", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
+           "allow_next_grid", "prefetch_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
 FULL_MASK = 0xFFFFFFFF
@@ -48,6 +48,9 @@ if SIMULATED:
 
     def allow_next_grid():
         """No-op: the simulator runs launches one after another."""
+
+    def prefetch_l2(array, first, count):
+        """No-op: the simulator has no cache."""
 
     def _shuffle(value, source):
         me = threading.current_thread()
@@ -116,6 +119,36 @@ else:
         "griddepcontrol.launch_dependents;",
         "``griddepcontrol.launch_dependents`` (sm_90+): the next programmatic dependent launch "
         "may start now (it still waits for this grid's completion before reading its output).")
+
+    _I64 = ir.IntType(64)
+
+    @intrinsic
+    def prefetch_l2(typingctx, array, first, count):
+        """``cp.async.bulk.prefetch.L2.global`` (sm_90+) of elements ``first .. first + count``
+        of a 1-D array, widened to whole 16-byte segments (the instruction's alignment; a
+        16-byte segment never crosses an allocation's end). A hint: nothing waits for it."""
+        if not isinstance(array, types.Array) or array.ndim != 1:
+            return None
+
+        def codegen(context, builder, signature, args):
+            aryty = signature.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            itemsize = context.get_abi_sizeof(context.get_data_type(aryty.dtype))
+            first_ = context.cast(builder, args[1], signature.args[1], types.uint64)
+            count_ = context.cast(builder, args[2], signature.args[2], types.uint64)
+            size = ir.Constant(_I64, itemsize)
+            begin = builder.add(builder.ptrtoint(ary.data, _I64), builder.mul(first_, size))
+            end = builder.add(begin, builder.mul(count_, size))
+            begin = builder.and_(begin, ir.Constant(_I64, ~15 & (2**64 - 1)))
+            end = builder.and_(builder.add(end, ir.Constant(_I64, 15)),
+                               ir.Constant(_I64, ~15 & (2**64 - 1)))
+            nbytes = builder.trunc(builder.sub(end, begin), _I32)
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64, _I32]),
+                               "cp.async.bulk.prefetch.L2.global [$0], $1;", "l,r",
+                               side_effect=True)
+            builder.call(asm, [begin, nbytes])
+            return context.get_dummy_value()
+        return types.void(array, first, count), codegen
 
     @cuda.jit(device=True, inline=True)
     def shfl_down(value, delta):

@@ -35,10 +35,11 @@ from numba import cuda, float32, uint64
 
 from .half2 import (NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations, pair_activations_wide,
                     zero_point_constants)
-from .intrinsics import SIMULATED, allow_next_grid, half2_sum, shfl_xor, wait_for_previous_grid
+from .intrinsics import (SIMULATED, allow_next_grid, half2_sum, prefetch_l2, shfl_xor,
+                         wait_for_previous_grid)
 
 __all__ = ["single_warp_kernel", "geometry", "activation_mode", "TUNINGS", "DEFAULT_TUNING",
-           "BLOCKS_PER_SM", "MODES", "MIN_BLOCKS", "min_blocks"]
+           "BLOCKS_PER_SM", "MODES", "MIN_BLOCKS", "min_blocks", "PREFETCH_LIMIT_BYTES"]
 
 #: (cols, unroll) pairs the dispatcher accepts; each is compiled on first use.
 TUNINGS = tuple((c, u) for c in (1, 2, 4, 8, 16) for u in (1, 2, 4, 8) if c * u <= 32)
@@ -53,6 +54,10 @@ MODES = ("registers", "streaming")
 #: Launch bounds: ``(cols, unroll, mode) -> blocks per SM`` the compiler must fit (it caps the
 #: registers at 65536 / (32 * blocks)); absent = no bound. Measured on the H200 (bench/NOTES.md).
 MIN_BLOCKS: dict = {(16, 1, "streaming"): 16, (16, 2, "streaming"): 16}
+
+#: ``prefetch`` kernels prefetch their weights into L2 only when the packed weights are at most
+#: this large (the H200's L2 is 60 MB: the running kernel's and the next one's weights fit).
+PREFETCH_LIMIT_BYTES = 32 << 20
 
 
 def min_blocks(cols: int, unroll: int, mode: str) -> int:
@@ -73,7 +78,8 @@ def geometry(N: int, cols: int, multiprocessors: int):
 
 @functools.lru_cache(maxsize=None)
 def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = True,
-                       blocks_per_sm: int = 0, wide: bool = True, pdl: bool = False):
+                       blocks_per_sm: int = 0, wide: bool = True, pdl: bool = False,
+                       prefetch: bool = False):
     """The kernel for one ``(cols, unroll)`` tuning, activation mode and zero-point presence
     (a compile-time choice: without zero points the offsets are those of zp = 8), compiled on
     first launch, with launch bounds ``(32, blocks_per_sm)`` when that is not 0 (ignored on the
@@ -84,13 +90,22 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
     ``pdl`` (sm_90+): compiled for a programmatic dependent launch. The kernel lets the next
     such launch start at once, issues its first column group's weight loads, and only then waits
     for the previous grid to complete, before it reads the activations or bias or writes ``out``.
+
+    ``prefetch`` (with ``pdl`` only): before that wait, lane ``l`` of each warp also prefetches
+    the warp's ``l``-th column group (weights and scales, not zero points) into L2 with one bulk
+    prefetch each, when the weights are at most :data:`PREFETCH_LIMIT_BYTES`; and the next launch
+    is allowed to start only after the wait, so exactly one kernel prefetches ahead of the one
+    that runs.
     """
+    if prefetch and not pdl:
+        raise ValueError("prefetch needs pdl=True (it runs while the previous kernel drains)")
     if (cols, unroll) not in TUNINGS:
         raise ValueError(f"(cols, unroll) must be one of {TUNINGS}; got {(cols, unroll)}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
     resident = mode == "registers"
-    ZP, WIDE, PDL = bool(zero_points), bool(wide), bool(pdl)
+    ZP, WIDE, PDL, PREFETCH = bool(zero_points), bool(wide), bool(pdl), bool(prefetch)
+    PREFETCH_WORDS = PREFETCH_LIMIT_BYTES // 8
     C, U = cols, unroll
     CHUNK = 32 * U  # uint64 words of one column per K chunk
     # Index arithmetic is 32-bit unsigned (a weight has < 2**32 uint64 words, see
@@ -142,6 +157,17 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                 else:
                     low, high = NO_ZP_LOW, NO_ZP_HIGH
                 acc[c] += sv[c, u] * half2_sum(dot16(wv[c, u], pairs, u, low, high))
+
+    @cuda.jit(device=True, inline=True)
+    def prefetch_groups(words, scales, g, stride, groups, lane, N, nw):
+        """Lane ``l`` prefetches the warp's ``l``-th column group into L2 (small weights only)."""
+        if uint64(N) * uint64(nw) <= uint64(PREFETCH_WORDS):
+            g_lane = g + lane * stride
+            if g_lane < groups:
+                n_first = g_lane * np.uint32(C)
+                n_cols = min(np.uint32(C), N - n_first)
+                prefetch_l2(words, uint64(n_first) * uint64(nw), n_cols * nw)
+                prefetch_l2(scales, uint64(n_first) * uint64(nw >> U1), n_cols * (nw >> U1))
 
     S = C.bit_length() - 1             # transposing steps: log2(C)
     WRITERS = np.uint32((32 >> S) - 1)  # lanes with these bits clear write a column
@@ -198,7 +224,9 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
         zv = cuda.local.array((C, U), np.uint32)
         pairs = cuda.local.array((U, 8), np.uint32)
         g = np.uint32(cuda.blockIdx.x)
-        if PDL:
+        if PREFETCH:
+            prefetch_groups(words, scales, g, stride, groups, lane, N, nw)
+        elif PDL:
             allow_next_grid()
         if resident:
             # Activations once; then a two-stage pipeline over two register buffers, A and B
@@ -211,6 +239,8 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                        lane, N, nw, nz, wv, sv, zv)
             if PDL:
                 wait_for_previous_grid()
+            if PREFETCH:
+                allow_next_grid()
             load_activations(act, U0, lane, nw, pairs)
             while g < groups:
                 g_next = g + stride
@@ -231,6 +261,8 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                 load_group(words, scales, zero_points, g * np.uint32(C), U0, lane, N, nw, nz,
                            wv, sv, zv)
                 wait_for_previous_grid()
+                if PREFETCH:
+                    allow_next_grid()
             while g < groups:
                 n_first = g * np.uint32(C)
                 for base in range(U0, nw, np.uint32(CHUNK)):
