@@ -197,7 +197,7 @@ PEERS = {p.name: p for p in (Tinygemm(), TorchMv(), DequantMv(), Gemlite())}
 def available_peers(names=None) -> dict:
     """``{name: (ok, why)}`` for ``names`` (default: every registered peer)."""
     out = {}
-    for name in names or PEERS:
+    for name in (PEERS if names is None else names):
         if name not in PEERS:
             raise ValueError(f"unknown peer {name!r}; accepted: {', '.join(PEERS)}")
         try:

@@ -381,3 +381,10 @@ def test_split_variant():
     assert split_variant("auto+pdl+l2") == ("auto", {"pdl": True, "prefetch": True})
     assert split_variant("single_warp") == ("single_warp", {})
     assert split_variant(None) == (None, {})
+
+
+def test_no_peers_means_none_and_unknown_peers_are_named():
+    from bench.peers import available_peers
+    assert available_peers([]) == {}
+    with pytest.raises(ValueError, match="unknown peer 'cublas'"):
+        available_peers(["cublas"])
