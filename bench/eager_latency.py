@@ -9,9 +9,11 @@ with the time to completion (synchronized) beside it. Rows:
 * ``cuLaunchKernel, empty kernel``: the driver's launch alone (ctypes, no Python work): the floor
   for any launch from Python on this machine.
 * ``Numba launch, empty kernel``: ``kernel[grid, block](...)``.
+* the same on a non-blocking stream of its own (no ordering with the legacy default stream).
 * ``BoundLaunch.launch``: int4gemv's bound launch of the 2048×2048 single-warp kernel.
 * ``int4gemv.gemv``: the public call on a pre-built weight with ``out`` given (variant argument,
-  then the ``INT4GEMV_SINGLE_WARP=1`` environment).
+  then the ``INT4GEMV_SINGLE_WARP=1`` environment), on the legacy default stream and on the
+  non-blocking stream.
 * peers: ``torch.mv`` fp16 and torch's tinygemm INT4 at the same shape.
 """
 
@@ -49,6 +51,7 @@ def main(argv=None):
     p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for eager_latency.json")
     args = p.parse_args(argv)
     import torch
+    from cuda.bindings import driver
     from numba import cuda
 
     import int4gemv as ig
@@ -77,15 +80,22 @@ def main(argv=None):
     sz = (torch.rand((K // 32, N, 2), device="cuda") * 0.01).to(torch.bfloat16)
     tb = ta.to(torch.bfloat16).reshape(1, K)
     sync = cuda.synchronize
+    err, own = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING.value)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuStreamCreate failed: {err!r}")
+    own = int(own)
 
     def env_call():
         ig.gemv(a, w, out=out)
 
     rows = [("cuLaunchKernel, empty kernel (ctypes)", lambda: bound_empty.launch(0)),
+            ("cuLaunchKernel, empty kernel, own stream", lambda: bound_empty.launch(own)),
             ("Numba launch, empty kernel", lambda: empty[1, 32](x)),
             ("BoundLaunch.launch, gemv 2048x2048", lambda: bound_gemv.launch(0)),
             ("int4gemv.gemv, variant='single_warp'", lambda: ig.gemv(a, w, out=out, variant="single_warp")),
             ("int4gemv.gemv, INT4GEMV_SINGLE_WARP=1", env_call),
+            ("int4gemv.gemv, variant='single_warp', own stream",
+             lambda: ig.gemv(a, w, out=out, variant="single_warp", stream=own)),
             ("torch.mv fp16 (peer)", lambda: torch.mv(tw, ta)),
             ("torch tinygemm int4 (peer)", lambda: torch._weight_int4pack_mm(tb, packed, 32, sz))]
     results = []
@@ -97,6 +107,7 @@ def main(argv=None):
             results.append(dict(name=name, issue_us=issue, complete_us=complete))
     finally:
         os.environ.pop("INT4GEMV_SINGLE_WARP", None)
+        driver.cuStreamDestroy(own)
     doc = dict(device=torch.cuda.get_device_name(), shape=[N, K], calls=200, runs=7,
                results=results)
     with open(os.path.join(args.out, "eager_latency.json"), "w") as f:

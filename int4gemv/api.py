@@ -13,13 +13,12 @@ is safe inside CUDA graph capture once the kernel was compiled by an earlier cal
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 
 import numpy as np
 from numba import cuda
 
-from .controls import COLS, LEGACY, PRIMARY, UNROLL, read_controls
+from .controls import raw_environment, read_controls
 from .dispatch import Plan, plan_gemv
 from .kernels import default_kernel, single_warp_kernel
 from .kernels.intrinsics import SIMULATED
@@ -233,8 +232,7 @@ def _fast_key(a, w, bias, out, variant, pdl):
     keys = _device_key(a), _device_key(out), _device_key(bias)
     if keys[0] is None or keys[1] is None or (bias is not None and keys[2] is None):
         return None
-    env = os.environ
-    return (variant, pdl, env.get(PRIMARY), env.get(LEGACY), env.get(COLS), env.get(UNROLL)) + keys
+    return (variant, pdl) + raw_environment() + keys
 
 
 def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False, prefetch=False):
@@ -263,10 +261,11 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False, pre
 
     Raises ``TypeError``/``ValueError`` naming the argument before any launch.
     """
-    for name, flag in (("pdl", pdl), ("prefetch", prefetch)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise TypeError(f"{name} must be a bool; got {type(flag).__name__}")
-    pdl, prefetch = bool(pdl), bool(prefetch)
+    if pdl.__class__ is not bool or prefetch.__class__ is not bool:
+        for name, flag in (("pdl", pdl), ("prefetch", prefetch)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool; got {type(flag).__name__}")
+        pdl, prefetch = bool(pdl), bool(prefetch)
     if prefetch and not pdl:
         raise ValueError("prefetch needs pdl=True (it runs while the previous kernel drains)")
     # Launches bound earlier for the same arrays, controls and pdl live on the weight itself.

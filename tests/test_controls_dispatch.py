@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from int4gemv import plan_gemv, read_controls, single_warp_eligibility
-from int4gemv.controls import COLS, LEGACY, PRIMARY, UNROLL
+from int4gemv.controls import COLS, LEGACY, PRIMARY, UNROLL, raw_environment
 from int4gemv.kernels import default as default_tiling
 from int4gemv.kernels import single_warp
 
@@ -66,6 +66,21 @@ def test_environment_is_read_at_call_time(monkeypatch):
     assert read_controls().mode == "off"
     monkeypatch.setenv(PRIMARY, "1")
     assert read_controls().mode == "on"
+
+
+def test_raw_environment_follows_os_environ(monkeypatch):
+    """The fast path's key: every change to the four variables shows, unset reads as None."""
+    for name in (PRIMARY, LEGACY, COLS, UNROLL):
+        monkeypatch.delenv(name, raising=False)
+    assert raw_environment() == (None, None, None, None)
+    before = set()
+    for i, name in enumerate((PRIMARY, LEGACY, COLS, UNROLL)):
+        monkeypatch.setenv(name, str(i + 1))
+        now = raw_environment()
+        assert now[i] is not None and now not in before
+        before.add(now)
+    monkeypatch.delenv(COLS)
+    assert raw_environment()[2] is None and raw_environment()[3] is not None
 
 
 @pytest.mark.parametrize("M, K, bs, dtype, ok, words", [

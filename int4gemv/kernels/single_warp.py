@@ -58,6 +58,9 @@ MIN_BLOCKS: dict = {(16, 1, "streaming"): 16, (16, 2, "streaming"): 16}
 #: ``prefetch`` kernels prefetch their weights into L2 only when the packed weights are at most
 #: this large (the H200's L2 is 60 MB: the running kernel's and the next one's weights fit).
 PREFETCH_LIMIT_BYTES = 32 << 20
+#: ``prefetch`` kernels let the next launch start only after their wait (True: one kernel
+#: prefetches ahead) or at once like ``pdl`` (False). Read when a kernel is compiled.
+PREFETCH_LATE_TRIGGER = True
 
 
 def min_blocks(cols: int, unroll: int, mode: str) -> int:
@@ -105,6 +108,7 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
     resident = mode == "registers"
     ZP, WIDE, PDL, PREFETCH = bool(zero_points), bool(wide), bool(pdl), bool(prefetch)
+    LATE = PREFETCH and PREFETCH_LATE_TRIGGER
     PREFETCH_WORDS = PREFETCH_LIMIT_BYTES // 8
     C, U = cols, unroll
     CHUNK = 32 * U  # uint64 words of one column per K chunk
@@ -226,7 +230,7 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
         g = np.uint32(cuda.blockIdx.x)
         if PREFETCH:
             prefetch_groups(words, scales, g, stride, groups, lane, N, nw)
-        elif PDL:
+        if PDL and not LATE:
             allow_next_grid()
         if resident:
             # Activations once; then a two-stage pipeline over two register buffers, A and B
@@ -239,7 +243,7 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                        lane, N, nw, nz, wv, sv, zv)
             if PDL:
                 wait_for_previous_grid()
-            if PREFETCH:
+            if LATE:
                 allow_next_grid()
             load_activations(act, U0, lane, nw, pairs)
             while g < groups:
@@ -261,7 +265,7 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                 load_group(words, scales, zero_points, g * np.uint32(C), U0, lane, N, nw, nz,
                            wv, sv, zv)
                 wait_for_previous_grid()
-                if PREFETCH:
+                if LATE:
                     allow_next_grid()
             while g < groups:
                 n_first = g * np.uint32(C)
