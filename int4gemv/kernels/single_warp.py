@@ -35,8 +35,8 @@ from numba import cuda, float32, uint64
 
 from .half2 import (NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations, pair_activations_wide,
                     zero_point_constants)
-from .intrinsics import (SIMULATED, allow_next_grid, half2_sum, prefetch_l2, shfl_xor,
-                         wait_for_previous_grid)
+from .intrinsics import (SIMULATED, allow_next_grid, half2_sum, prefetch_l2, prefetch_line_l2,
+                         shfl_xor, wait_for_previous_grid)
 
 __all__ = ["single_warp_kernel", "geometry", "activation_mode", "TUNINGS", "DEFAULT_TUNING",
            "BLOCKS_PER_SM", "MODES", "MIN_BLOCKS", "min_blocks", "PREFETCH_LIMIT_BYTES"]
@@ -61,6 +61,11 @@ PREFETCH_LIMIT_BYTES = 32 << 20
 #: ``prefetch`` kernels let the next launch start only after their wait (True: one kernel
 #: prefetches ahead) or at once like ``pdl`` (False). Read when a kernel is compiled.
 PREFETCH_LATE_TRIGGER = True
+#: Streaming mode with more than one K chunk: at the start of each column group the warp
+#: prefetches the group's weights and scales into L2 (``prefetch.global.L2``, a line per lane
+#: and step), so the later chunks' loads find them there instead of each waiting on DRAM in
+#: turn. Read when a kernel is compiled.
+STREAMING_L2_PREFETCH = False
 
 
 def min_blocks(cols: int, unroll: int, mode: str) -> int:
@@ -109,6 +114,7 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
     resident = mode == "registers"
     ZP, WIDE, PDL, PREFETCH = bool(zero_points), bool(wide), bool(pdl), bool(prefetch)
     LATE = PREFETCH and PREFETCH_LATE_TRIGGER
+    GROUP_PREFETCH = STREAMING_L2_PREFETCH and not resident
     PREFETCH_WORDS = PREFETCH_LIMIT_BYTES // 8
     C, U = cols, unroll
     CHUNK = 32 * U  # uint64 words of one column per K chunk
@@ -172,6 +178,23 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                 n_cols = min(np.uint32(C), N - n_first)
                 prefetch_l2(words, uint64(n_first) * uint64(nw), n_cols * nw)
                 prefetch_l2(scales, uint64(n_first) * uint64(nw >> U1), n_cols * (nw >> U1))
+
+    @cuda.jit(device=True, inline=True)
+    def prefetch_group(words, scales, n_first, lane, N, nw):
+        """The warp prefetches columns ``n_first ..`` (weights, scales) into L2, a line per lane."""
+        n_cols = min(np.uint32(C), N - n_first)
+        first = uint64(n_first) * uint64(nw)
+        end = first + uint64(n_cols * nw)
+        i = first + uint64(lane << U4)      # 16 words = one 128-byte line
+        while i < end:
+            prefetch_line_l2(words, i)
+            i += uint64(512)
+        first = uint64(n_first) * uint64(nw >> U1)
+        end = first + uint64(n_cols * (nw >> U1))
+        i = first + uint64(lane << np.uint32(6))  # 64 scales = one line
+        while i < end:
+            prefetch_line_l2(scales, i)
+            i += uint64(2048)
 
     S = C.bit_length() - 1             # transposing steps: log2(C)
     WRITERS = np.uint32((32 >> S) - 1)  # lanes with these bits clear write a column
@@ -269,6 +292,8 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                     allow_next_grid()
             while g < groups:
                 n_first = g * np.uint32(C)
+                if GROUP_PREFETCH and nw > np.uint32(CHUNK):
+                    prefetch_group(words, scales, n_first, lane, N, nw)
                 for base in range(U0, nw, np.uint32(CHUNK)):
                     if not prefetched:
                         load_group(words, scales, zero_points, n_first, base, lane, N, nw, nz,
