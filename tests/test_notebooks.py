@@ -55,7 +55,9 @@ def test_notebook_runs_top_to_bottom(path, results, tmp_path):
 
     if results == "synthetic":
         (tmp_path / "nvidia-h200.json").write_text(json.dumps(synthetic_doc()))
-    env = dict(os.environ, BENCH_RESULTS_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    # The kernel finds the repository first, then whatever PYTHONPATH already held.
+    path_list = [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    env = dict(os.environ, BENCH_RESULTS_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(path_list))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT)}})

@@ -18,7 +18,7 @@ import numpy as np
 from numba import config, cuda
 
 __all__ = ["int_as_float", "half2_fma", "half2_sum", "wait_for_previous_grid",
-           "allow_next_grid", "prefetch_l2", "prefetch_line_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
+           "allow_next_grid", "prefetch_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
 FULL_MASK = 0xFFFFFFFF
@@ -50,9 +50,6 @@ if SIMULATED:
         """No-op: the simulator runs launches one after another."""
 
     def prefetch_l2(array, first, count):
-        """No-op: the simulator has no cache."""
-
-    def prefetch_line_l2(array, index):
         """No-op: the simulator has no cache."""
 
     def _shuffle(value, source):
@@ -152,26 +149,6 @@ else:
             builder.call(asm, [begin, nbytes])
             return context.get_dummy_value()
         return types.void(array, first, count), codegen
-
-    @intrinsic
-    def prefetch_line_l2(typingctx, array, index):
-        """``prefetch.global.L2`` of the cache line holding element ``index`` of a 1-D array
-        (any compute capability; a hint: nothing waits for it)."""
-        if not isinstance(array, types.Array) or array.ndim != 1:
-            return None
-
-        def codegen(context, builder, signature, args):
-            aryty = signature.args[0]
-            ary = context.make_array(aryty)(context, builder, args[0])
-            itemsize = context.get_abi_sizeof(context.get_data_type(aryty.dtype))
-            index = context.cast(builder, args[1], signature.args[1], types.uint64)
-            address = builder.add(builder.ptrtoint(ary.data, _I64),
-                                  builder.mul(index, ir.Constant(_I64, itemsize)))
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64]),
-                               "prefetch.global.L2 [$0];", "l", side_effect=True)
-            builder.call(asm, [address])
-            return context.get_dummy_value()
-        return types.void(array, index), codegen
 
     @cuda.jit(device=True, inline=True)
     def shfl_down(value, delta):

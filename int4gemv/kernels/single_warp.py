@@ -35,8 +35,8 @@ from numba import cuda, float32, uint64
 
 from .half2 import (NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations, pair_activations_wide,
                     zero_point_constants)
-from .intrinsics import (SIMULATED, allow_next_grid, half2_sum, prefetch_l2, prefetch_line_l2,
-                         shfl_xor, wait_for_previous_grid)
+from .intrinsics import (SIMULATED, allow_next_grid, half2_sum, prefetch_l2, shfl_xor,
+                         wait_for_previous_grid)
 
 __all__ = ["single_warp_kernel", "geometry", "activation_mode", "TUNINGS", "DEFAULT_TUNING",
            "BLOCKS_PER_SM", "MODES", "MIN_BLOCKS", "min_blocks", "PREFETCH_LIMIT_BYTES"]
@@ -58,14 +58,6 @@ MIN_BLOCKS: dict = {(16, 1, "streaming"): 16, (16, 2, "streaming"): 16}
 #: ``prefetch`` kernels prefetch their weights into L2 only when the packed weights are at most
 #: this large (the H200's L2 is 60 MB: the running kernel's and the next one's weights fit).
 PREFETCH_LIMIT_BYTES = 32 << 20
-#: ``prefetch`` kernels let the next launch start only after their wait (True: one kernel
-#: prefetches ahead) or at once like ``pdl`` (False). Read when a kernel is compiled.
-PREFETCH_LATE_TRIGGER = True
-#: Streaming mode with more than one K chunk: at the start of each column group the warp
-#: prefetches the group's weights and scales into L2 (``prefetch.global.L2``, a line per lane
-#: and step), so the later chunks' loads find them there instead of each waiting on DRAM in
-#: turn. Read when a kernel is compiled.
-STREAMING_L2_PREFETCH = False
 
 
 def min_blocks(cols: int, unroll: int, mode: str) -> int:
@@ -113,8 +105,6 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
     resident = mode == "registers"
     ZP, WIDE, PDL, PREFETCH = bool(zero_points), bool(wide), bool(pdl), bool(prefetch)
-    LATE = PREFETCH and PREFETCH_LATE_TRIGGER
-    GROUP_PREFETCH = STREAMING_L2_PREFETCH and not resident
     PREFETCH_WORDS = PREFETCH_LIMIT_BYTES // 8
     C, U = cols, unroll
     CHUNK = 32 * U  # uint64 words of one column per K chunk
@@ -179,23 +169,6 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                 prefetch_l2(words, uint64(n_first) * uint64(nw), n_cols * nw)
                 prefetch_l2(scales, uint64(n_first) * uint64(nw >> U1), n_cols * (nw >> U1))
 
-    @cuda.jit(device=True, inline=True)
-    def prefetch_group(words, scales, n_first, lane, N, nw):
-        """The warp prefetches columns ``n_first ..`` (weights, scales) into L2, a line per lane."""
-        n_cols = min(np.uint32(C), N - n_first)
-        first = uint64(n_first) * uint64(nw)
-        end = first + uint64(n_cols * nw)
-        i = first + uint64(lane << U4)      # 16 words = one 128-byte line
-        while i < end:
-            prefetch_line_l2(words, i)
-            i += uint64(512)
-        first = uint64(n_first) * uint64(nw >> U1)
-        end = first + uint64(n_cols * (nw >> U1))
-        i = first + uint64(lane << np.uint32(6))  # 64 scales = one line
-        while i < end:
-            prefetch_line_l2(scales, i)
-            i += uint64(2048)
-
     S = C.bit_length() - 1             # transposing steps: log2(C)
     WRITERS = np.uint32((32 >> S) - 1)  # lanes with these bits clear write a column
 
@@ -253,7 +226,7 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
         g = np.uint32(cuda.blockIdx.x)
         if PREFETCH:
             prefetch_groups(words, scales, g, stride, groups, lane, N, nw)
-        if PDL and not LATE:
+        elif PDL:
             allow_next_grid()
         if resident:
             # Activations once; then a two-stage pipeline over two register buffers, A and B
@@ -266,7 +239,7 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                        lane, N, nw, nz, wv, sv, zv)
             if PDL:
                 wait_for_previous_grid()
-            if LATE:
+            if PREFETCH:
                 allow_next_grid()
             load_activations(act, U0, lane, nw, pairs)
             while g < groups:
@@ -288,12 +261,10 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                 load_group(words, scales, zero_points, g * np.uint32(C), U0, lane, N, nw, nz,
                            wv, sv, zv)
                 wait_for_previous_grid()
-                if LATE:
+                if PREFETCH:
                     allow_next_grid()
             while g < groups:
                 n_first = g * np.uint32(C)
-                if GROUP_PREFETCH and nw > np.uint32(CHUNK):
-                    prefetch_group(words, scales, n_first, lane, N, nw)
                 for base in range(U0, nw, np.uint32(CHUNK)):
                     if not prefetched:
                         load_group(words, scales, zero_points, n_first, base, lane, N, nw, nz,
