@@ -13,7 +13,7 @@ with the time to completion (synchronized) beside it. Rows:
 * ``BoundLaunch.launch``: int4gemv's bound launch of the 2048×2048 single-warp kernel.
 * ``int4gemv.gemv``: the public call on a pre-built weight with ``out`` given (variant argument,
   then the ``INT4GEMV_SINGLE_WARP=1`` environment), on the legacy default stream and on the
-  non-blocking stream.
+  non-blocking stream; and ``int4gemv.prepare(...)``'s prepared launch called with no arguments.
 * peers: ``torch.mv`` fp16 and torch's tinygemm INT4 at the same shape.
 """
 
@@ -94,6 +94,8 @@ def main(argv=None):
             ("BoundLaunch.launch, gemv 2048x2048", lambda: bound_gemv.launch(0)),
             ("int4gemv.gemv, variant='single_warp'", lambda: ig.gemv(a, w, out=out, variant="single_warp")),
             ("int4gemv.gemv, INT4GEMV_SINGLE_WARP=1", env_call),
+            ("int4gemv.prepare(a, w, out=out, variant='single_warp')()",
+             ig.prepare(a, w, out=out, variant="single_warp")),
             ("int4gemv.gemv, variant='single_warp', own stream",
              lambda: ig.gemv(a, w, out=out, variant="single_warp", stream=own)),
             ("torch.mv fp16 (peer)", lambda: torch.mv(tw, ta)),

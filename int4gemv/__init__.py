@@ -8,14 +8,15 @@ simulator (tiny shapes only).
 import importlib
 
 __all__ = [
-    "QuantizedWeight", "quantize", "reference_gemv", "gemv", "explain", "Plan", "plan_gemv",
-    "single_warp_eligibility", "read_controls", "Controls", "BLOCK_SIZES",
+    "QuantizedWeight", "quantize", "reference_gemv", "gemv", "explain", "prepare", "PreparedGemv",
+    "Plan", "plan_gemv", "single_warp_eligibility", "read_controls", "Controls", "BLOCK_SIZES",
 ]
 __version__ = "0.1.0"
 
 _HOME = {
     "QuantizedWeight": "weights", "quantize": "weights", "BLOCK_SIZES": "weights",
     "reference_gemv": "reference", "gemv": "api", "explain": "api",
+    "prepare": "prepared", "PreparedGemv": "prepared",
     "Plan": "dispatch", "plan_gemv": "dispatch", "single_warp_eligibility": "dispatch",
     "read_controls": "controls", "Controls": "controls",
 }

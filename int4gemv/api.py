@@ -207,6 +207,31 @@ def _bind(plan, a2, w, bias, out2, pdl=False, prefetch=False):
     return bind(default_kernel, args, plan.grid, plan.block)
 
 
+def _check_flags(pdl, prefetch):
+    """``(pdl, prefetch)`` as bools; ``TypeError``/``ValueError`` naming the flag otherwise."""
+    for name, flag in (("pdl", pdl), ("prefetch", prefetch)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool; got {type(flag).__name__}")
+    if prefetch and not pdl:
+        raise ValueError("prefetch needs pdl=True (it runs while the previous kernel drains)")
+    return bool(pdl), bool(prefetch)
+
+
+def _check_pdl(pdl, on_device):
+    if pdl and not on_device:
+        raise ValueError("pdl is only accepted with device arrays (the host path is synchronous)")
+    if pdl and not _supports_pdl():
+        raise ValueError("pdl needs a GPU of compute capability 9.0 or newer")
+
+
+def _bind_device(plan, a, w, bias, out, M, pdl=False, prefetch=False):
+    """The bound launch of ``plan`` on validated device arrays (any CUDA array interface)."""
+    d_a = _device_view("a", a).reshape(M, w.K)
+    d_bias = None if bias is None else _device_view("bias", bias)
+    d_out = _device_view("out", out).reshape(M, w.N)
+    return _bind(plan, d_a, w, d_bias, d_out, pdl, prefetch)
+
+
 def _device_key(x):
     """What validation and binding depend on for a device array: type, dtype, shape, strides and
     data pointer; ``None`` for anything that is not a device array. Numba arrays are read
@@ -261,13 +286,8 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False, pre
 
     Raises ``TypeError``/``ValueError`` naming the argument before any launch.
     """
-    if pdl.__class__ is not bool or prefetch.__class__ is not bool:
-        for name, flag in (("pdl", pdl), ("prefetch", prefetch)):
-            if not isinstance(flag, (bool, np.bool_)):
-                raise TypeError(f"{name} must be a bool; got {type(flag).__name__}")
-        pdl, prefetch = bool(pdl), bool(prefetch)
-    if prefetch and not pdl:
-        raise ValueError("prefetch needs pdl=True (it runs while the previous kernel drains)")
+    if pdl.__class__ is not bool or prefetch.__class__ is not bool or prefetch:
+        pdl, prefetch = _check_flags(pdl, prefetch)
     # Launches bound earlier for the same arrays, controls and pdl live on the weight itself.
     fast_key = _fast_key(a, w, bias, out, variant, "prefetch" if prefetch else pdl)
     hit = None if fast_key is None else w._launches.get(fast_key)
@@ -280,10 +300,7 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False, pre
     M, on_device = _validate(a, w, bias, out)
     vector = len(_describe("a", a)[1]) == 1
     plan = _plan(M, w, np.float16, variant)  # _validate accepted only fp16
-    if pdl and not on_device:
-        raise ValueError("pdl is only accepted with device arrays (the host path is synchronous)")
-    if pdl and not _supports_pdl():
-        raise ValueError("pdl needs a GPU of compute capability 9.0 or newer")
+    _check_pdl(pdl, on_device)
     if not on_device:
         if stream is not None:
             raise ValueError("stream is only accepted with device arrays (the host path is synchronous)")
@@ -297,15 +314,12 @@ def gemv(a, w, *, bias=None, out=None, stream=None, variant=None, pdl=False, pre
             return out
         return result
     handle = _stream_handle(stream)
-    d_a = _device_view("a", a).reshape(M, w.K)
-    d_bias = None if bias is None else _device_view("bias", bias)
     if out is None:
         d_out = cuda.device_array((M, w.N), np.float16)
-        result = d_out.reshape(w.N) if vector else d_out
+        out_arg = result = d_out.reshape(w.N) if vector else d_out
     else:
-        result = out
-        d_out = _device_view("out", out).reshape(M, w.N)
-    bound = _bind(plan, d_a, w, d_bias, d_out, pdl, prefetch)
+        out_arg = result = out
+    bound = _bind_device(plan, a, w, bias, out_arg, M, pdl, prefetch)
     bound.launch(handle)
     if fast_key is not None:
         # Later calls with the same arrays and controls skip validation and binding.

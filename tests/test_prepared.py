@@ -1,0 +1,79 @@
+"""``int4gemv.prepare``: validated, planned and bound once; each call is one launch that reads the
+current contents of ``a``. Runs on the simulator in CI and on a GPU."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import int4gemv as ig
+from int4gemv import api
+
+
+def _weight(rng, N, K):
+    return ig.quantize((rng.standard_normal((N, K)) * 0.05).astype(np.float32), 32)
+
+
+def _err(y, ref):
+    return np.linalg.norm(y - ref) / np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("variant", ["default", "single_warp"])
+def test_each_call_reads_the_current_activations(rng, variant):
+    N, K = 12, 96
+    w = _weight(rng, N, K)
+    a_h = rng.standard_normal(K).astype(np.float16)
+    bias_h = rng.standard_normal(N).astype(np.float16)
+    a, bias = cuda.to_device(a_h), cuda.to_device(bias_h)
+    out = cuda.to_device(np.full(N, np.nan, np.float16))
+    run = ig.prepare(a, w, out=out, bias=bias, variant=variant)
+    assert run.plan.kernel == variant and repr(run).startswith(f"PreparedGemv({variant}")
+    for _ in range(2):  # fresh activations written in place, output poisoned each time
+        a_h = rng.standard_normal(K).astype(np.float16)
+        a.copy_to_device(a_h)
+        out.copy_to_device(np.full(N, np.nan, np.float16))
+        assert run() is out
+        cuda.synchronize()
+        y = out.copy_to_host().astype(np.float64)
+        assert np.all(np.isfinite(y))
+        assert _err(y, ig.reference_gemv(a_h, w, bias_h)) < 2e-3
+
+
+def test_controls_are_read_once_when_prepared(rng, monkeypatch):
+    w = _weight(rng, 8, 64)
+    a = cuda.to_device(rng.standard_normal(64).astype(np.float16))
+    out = cuda.device_array(8, np.float16)
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "1")
+    run = ig.prepare(a, w, out=out)
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "0")
+    assert run.plan.kernel == "single_warp" and ig.explain(a, w).kernel == "default"
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a launch was prepared for invalid input")
+    monkeypatch.setattr(api, "bind", refuse)
+
+
+@pytest.mark.parametrize("case, exc, match", [
+    ("host a", TypeError, "a must be a CUDA array for prepare"),
+    ("no out", ValueError, "out is required"),
+    ("bad out", ValueError, "out must have shape"),
+    ("pdl int", TypeError, "pdl must be a bool"),
+    ("prefetch alone", ValueError, "prefetch needs pdl=True"),
+    ("bad variant", ValueError, "variant"),
+])
+def test_bad_input_is_refused_before_any_launch(rng, no_launch, case, exc, match):
+    w = _weight(rng, 8, 64)
+    a_h = rng.standard_normal(64).astype(np.float16)
+    a, out = cuda.to_device(a_h), cuda.device_array(8, np.float16)
+    kwargs = {
+        "host a": dict(a=a_h, out=np.zeros(8, np.float16)),
+        "no out": dict(a=a, out=None),
+        "bad out": dict(a=a, out=cuda.device_array(9, np.float16)),
+        "pdl int": dict(a=a, out=out, pdl=1),
+        "prefetch alone": dict(a=a, out=out, prefetch=True),
+        "bad variant": dict(a=a, out=out, variant="fastest"),
+    }[case]
+    with pytest.raises(exc, match=match):
+        ig.prepare(w=w, **kwargs)
