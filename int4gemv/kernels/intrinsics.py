@@ -3,11 +3,12 @@
 On hardware these are libdevice / warp intrinsics and small inline-PTX functions: ``fma.rn.f16x2``
 and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is carried as the uint32
 holding its bits, low half = element 0), the two ``griddepcontrol`` instructions of a
-programmatic dependent launch and a bulk L2 prefetch (a no-op on the simulator). Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) has no warp
-shuffles and its libdevice functions are empty, so the same kernel source would not run there. The simulated versions below implement the hardware semantics for a whole block that
-calls them uniformly (which every kernel here does): ``shfl_down`` reads lane ``lane + delta`` of
-the same warp and returns the caller's own value when that lane is past the warp's end;
-``shfl_xor`` reads lane ``lane ^ mask``.
+programmatic dependent launch and a bulk L2 prefetch (a no-op on the simulator). Numba's
+simulator (``NUMBA_ENABLE_CUDASIM=1``) has no warp shuffles and its libdevice functions are empty,
+so the same kernel source would not run there. The simulated versions below implement the
+hardware semantics for a whole block that calls them uniformly (which every kernel here does):
+``shfl_down`` reads lane ``lane + delta`` of the same warp and returns the caller's own value when
+that lane is past the warp's end; ``shfl_xor`` reads lane ``lane ^ mask``.
 """
 
 from __future__ import annotations
@@ -125,8 +126,9 @@ else:
     @intrinsic
     def prefetch_l2(typingctx, array, first, count):
         """``cp.async.bulk.prefetch.L2.global`` (sm_90+) of elements ``first .. first + count``
-        of a 1-D array, widened to whole 16-byte segments (the instruction's alignment; a
-        16-byte segment never crosses an allocation's end). A hint: nothing waits for it."""
+        of a 1-D array, widened to whole 16-byte segments (the instruction's alignment; they
+        stay inside the 256-byte-aligned granules the array's allocation occupies). A hint:
+        nothing waits for it."""
         if not isinstance(array, types.Array) or array.ndim != 1:
             return None
 
