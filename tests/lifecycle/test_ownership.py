@@ -7,12 +7,7 @@ import pytest
 
 from lifecycle import CaptureError, CaptureStatus, GraphState, GraphStateError, StreamError, UnknownGraphError
 
-
-def _capture_copy(p, graph_id, stream, dst, value):
-    with p.capture(graph_id, stream=stream) as cap:
-        buf = cap.stage(np.full(dst.shape, value, np.float32))
-        cap.copy_to_device(dst, buf)
-    return cap
+from payloads import capture_payload
 
 
 def test_capture_replay_release_moves_through_states(backend):
@@ -49,7 +44,7 @@ def test_second_capture_while_one_is_open_is_refused(backend):
         assert p.counters == before and p.graph_ids() == (7,)
         assert backend.capture_status(s2) is CaptureStatus.NONE
         p.end_capture(cap)
-        _capture_copy(p, 8, s2, dst, 1.0)  # the refused id is free
+        capture_payload(p, 8, s2, dst, 1.0)  # the refused id is free
         assert p.graph_ids() == (7, 8)
     backend.assert_clean()
 
@@ -86,7 +81,7 @@ def test_end_that_does_not_match_the_owner_is_refused(backend):
 def test_capturing_an_existing_id_is_refused_and_the_body_never_runs(backend):
     s, dst = backend.stream(), backend.zeros(8)
     with backend.provider() as p:
-        _capture_copy(p, 7, s, dst, 7.0)
+        capture_payload(p, 7, s, dst, 7.0)
         before = p.counters
         ran = []
         with pytest.raises(GraphStateError, match="already exists"):
@@ -104,7 +99,7 @@ def test_unknown_and_released_ids_are_clear_errors(backend):
     with backend.provider() as p:
         with pytest.raises(UnknownGraphError, match="cannot replay graph 99: no such graph"):
             p.replay(99)
-        _capture_copy(p, 7, s, dst, 1.0)
+        capture_payload(p, 7, s, dst, 1.0)
         p.release(7)
         for op in (p.replay, p.release, p.synchronize):
             with pytest.raises(UnknownGraphError, match="graph 7"):
@@ -129,7 +124,7 @@ def test_a_graph_cannot_be_replayed_while_it_is_being_captured(backend):
 def test_stream_being_captured_refuses_replay_and_release_of_other_graphs(backend):
     s, dst = backend.stream(), backend.zeros(8)
     with backend.provider() as p:
-        _capture_copy(p, 7, s, dst, 7.0)
+        capture_payload(p, 7, s, dst, 7.0)
         cap = p.begin_capture(8, stream=s)
         errors = []
         for op in (p.replay, p.release):
@@ -152,7 +147,7 @@ def test_stream_being_captured_refuses_replay_and_release_of_other_graphs(backen
 def test_owner_thread_may_replay_a_graph_on_another_stream_during_capture(backend):
     s, s2, dst7, dst8 = backend.stream(), backend.stream(), backend.zeros(8), backend.zeros(8)
     with backend.provider() as p:
-        _capture_copy(p, 7, s, dst7, 7.0)
+        capture_payload(p, 7, s, dst7, 7.0)
         with p.capture(8, stream=s2) as cap:
             p.replay(7)  # asynchronous work on a stream that is not capturing
             buf = cap.stage(np.full(8, 8.0, np.float32))

@@ -8,20 +8,14 @@ import pytest
 
 from lifecycle import LifecycleError, PinnedBuffer
 
-
-def _capture_payload(p, graph_id, stream, dst, value):
-    """Graph ``graph_id`` copies a retained pinned payload of ``value`` into ``dst``."""
-    with p.capture(graph_id, stream=stream) as cap:
-        buf = cap.stage(np.full(dst.shape, value, np.float32))
-        cap.copy_to_device(dst, buf)
-    return weakref.ref(buf)
+from payloads import capture_payload
 
 
 def test_two_owned_ids_keep_separate_payloads_until_their_own_release(backend):
     s, dst7, dst8 = backend.stream(), backend.zeros(256), backend.zeros(256)
     with backend.provider() as p:
-        ref7 = _capture_payload(p, 7, s, dst7, 7.0)
-        ref8 = _capture_payload(p, 8, s, dst8, 8.0)
+        ref7 = capture_payload(p, 7, s, dst7, 7.0)
+        ref8 = capture_payload(p, 8, s, dst8, 8.0)
         gc.collect()  # the caller holds no reference: only the provider keeps the payloads alive
         assert isinstance(ref7(), PinnedBuffer) and isinstance(ref8(), PinnedBuffer)
         assert p.counters.pinned_bytes == 2 * 256 * 4
@@ -54,7 +48,7 @@ def test_two_owned_ids_keep_separate_payloads_until_their_own_release(backend):
 def test_replay_reads_the_retained_buffer_as_it_is_at_replay_time(backend):
     s, dst = backend.stream(), backend.zeros(32)
     with backend.provider() as p:
-        _capture_payload(p, 7, s, dst, 1.0)
+        capture_payload(p, 7, s, dst, 1.0)
         for value in (2.0, 3.0):
             (buf,) = p.buffers(7)
             buf.array[:] = value  # update the staged input between replays
@@ -67,7 +61,7 @@ def test_replay_reads_the_retained_buffer_as_it_is_at_replay_time(backend):
 def test_a_buffer_of_another_graph_cannot_be_captured(backend):
     s, dst = backend.stream(), backend.zeros(8)
     with backend.provider() as p:
-        _capture_payload(p, 7, s, dst, 7.0)
+        capture_payload(p, 7, s, dst, 7.0)
         (buf7,) = p.buffers(7)
         with pytest.raises(LifecycleError, match="pinned buffer of graph 7 cannot be read by graph 8"):
             with p.capture(8, stream=s) as cap:
@@ -83,7 +77,7 @@ def test_a_buffer_of_another_graph_cannot_be_captured(backend):
 def test_a_freed_buffer_refuses_access(backend):
     s, dst = backend.stream(), backend.zeros(8)
     with backend.provider() as p:
-        _capture_payload(p, 7, s, dst, 7.0)
+        capture_payload(p, 7, s, dst, 7.0)
         (buf,) = p.buffers(7)
         p.release(7)
         assert buf.freed

@@ -2,19 +2,13 @@
 
 import gc
 import threading
-import weakref
 
 import numpy as np
 import pytest
 
 from lifecycle import DeviceMismatchError, GraphProvider, SimDriver
 
-
-def _payload_graph(p, graph_id, stream, dst, value):
-    with p.capture(graph_id, stream=stream) as cap:
-        buf = cap.stage(np.full(dst.shape, value, np.float32))
-        cap.copy_to_device(dst, buf)
-    return weakref.ref(buf)
+from payloads import capture_payload
 
 
 def test_every_replay_runs_on_the_providers_device(two_devices):
@@ -24,8 +18,8 @@ def test_every_replay_runs_on_the_providers_device(two_devices):
     caller_ctx = b.base.ctx_get_current()
     assert b.base.ctx_get_device() == 0
     with b.provider(device=1) as p1, b.provider(device=0) as p0:
-        ref1 = _payload_graph(p1, 7, s1, dst1, 1.0)
-        ref0 = _payload_graph(p0, 7, s0, dst0, 0.5)  # same id, other provider: independent
+        ref1 = capture_payload(p1, 7, s1, dst1, 1.0)
+        ref0 = capture_payload(p0, 7, s0, dst0, 0.5)  # same id, other provider: independent
         assert b.base.ctx_get_current() == caller_ctx, "the caller's context is restored"
 
         def replay_from(thread_device):
