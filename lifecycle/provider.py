@@ -330,16 +330,23 @@ class GraphProvider:
 
         With graphs disabled, re-runs the recorded step eagerly on the stream.
         """
+        with self._ready_record(graph_id, "replay") as record:
+            if record.eager:
+                self._run_eager(record)
+            else:
+                self._driver.graph_launch(record.graph_exec, record.stream)
+
+    @contextlib.contextmanager
+    def _ready_record(self, graph_id, op: str):
+        """Under the lock, with the provider's context current: the READY record of
+        ``graph_id`` that ``op`` may use (its stream not capturing another graph)."""
         graph_id = _graph_id(graph_id)
         with self._lock:
             self._check_open()
-            record = self._ready(graph_id, "replay")
-            self._check_not_capturing(record, "replay")
+            record = self._ready(graph_id, op)
+            self._check_not_capturing(record, op)
             with self._ctx.current():
-                if record.eager:
-                    self._run_eager(record)
-                else:
-                    self._driver.graph_launch(record.graph_exec, record.stream)
+                yield record
 
     def _run_eager(self, record: GraphRecord):
         if record.step is None:
@@ -355,13 +362,8 @@ class GraphProvider:
 
     def synchronize(self, graph_id: int) -> None:
         """Wait until the work of graph ``graph_id`` issued so far has finished."""
-        graph_id = _graph_id(graph_id)
-        with self._lock:
-            self._check_open()
-            record = self._ready(graph_id, "synchronize")
-            self._check_not_capturing(record, "synchronize")
-            with self._ctx.current():
-                record.wait(self._driver)
+        with self._ready_record(graph_id, "synchronize") as record:
+            record.wait(self._driver)
 
     def release(self, graph_id: int) -> None:
         """Wait for graph ``graph_id``'s own stream, then destroy it and free its staging buffers.
@@ -370,14 +372,9 @@ class GraphProvider:
         fails, the id is still released, the step is kept for ``close()`` to retry, and the
         error is raised.
         """
-        graph_id = _graph_id(graph_id)
-        with self._lock:
-            self._check_open()
-            record = self._ready(graph_id, "release")
-            self._check_not_capturing(record, "release")
-            with self._ctx.current():
-                record.wait(self._driver)  # on failure nothing changes
-                self._dispose(record)
+        with self._ready_record(graph_id, "release") as record:
+            record.wait(self._driver)  # on failure nothing changes
+            self._dispose(record)
 
     def _dispose(self, record: GraphRecord):
         """Forget an idle record and free what it owns; raise the first cleanup error."""
