@@ -1,116 +1,341 @@
-"""Default tiling: one warp per output column, 8 columns (256 threads) per block.
+"""Default tiling: multi-warp blocks, 16-byte weight loads, every problem the package supports.
 
-Works for every supported shape: block sizes 16/32/64/128, zero points, bias, any N, any K that
-is a multiple of 8, any batch M (``grid.y``). K is walked in tiles of ``TILE_K`` elements:
+Block sizes 16/32/64/128, with or without zero points and bias, any N, K a multiple of 8, batch
+M from 1 to 16 in ONE launch that reads each weight byte once, fp16 or bf16 activations and
+scales (the output in the same dtype). One compiled kernel per :class:`DefaultConfig`.
 
-1. the block stages the tile's activations (float32), their sums per 8-element word, and the
-   8 columns' scales (times 128) and zero-point offsets into shared memory;
-2. each warp streams its column's uint32 words (8 nibbles, one word per lane per step, two
-   words in flight per lane) and folds each word with :func:`~int4gemv.kernels.nibbles.dot8`;
-3. a warp-shuffle reduction gives the column's sum; lane 0 adds the bias and writes fp16.
+Work decomposition. K is cut into 32-element *chunks* (16 bytes of nibbles, 4 uint32 words).
+A warp takes a *column group* of ``P * cols`` columns, ``P = 32 / lanes``: ``lanes`` consecutive
+lanes share a column and lane ``s`` of them takes the column's chunks ``s, s + lanes, ...``
+(``lanes < 32`` when K is short, so several columns run side by side in one warp). Per step a
+lane issues ``cols * unroll`` 16-byte weight loads (plus their scales and zero points) before
+using any, then loads each activation row's 32 elements of each chunk (16-byte loads, L1 hits:
+every warp reads the same activations) once and applies them to all ``cols`` columns: each
+loaded weight word is unpacked once and used for all M rows. A shuffle reduction over the
+``lanes`` lanes of a column finishes; one lane per column writes the M outputs (+ bias). Warps
+are persistent: the grid holds ``blocks_per_sm`` blocks per SM (enforced by launch bounds) and
+warp ``w`` takes column groups ``w, w + warps_in_grid, ...``.
 
-Columns past N are clamped for loads and never stored; words past K are never read.
+Arithmetic. fp16: half2 (:mod:`.half2`): a nibble pair becomes ``q - zp`` exactly with one
+``fma.rn.f16x2`` and one more multiplies by an activation pair and accumulates, 8 products per
+half2 lane over 16 elements, then float32 (about 1.6 instructions per element and row).
+bf16: float32 (:mod:`.bf16`): nibbles become exact floats with one LOP3 each (a shift per two),
+one FFMA per element and row, offsets and zero points folded out per group through activation
+sums. Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
+
+Tails. A word (8 elements) past K gets zero activations (never loaded), so the padding nibbles
+of a last partial block add exactly 0; chunk indices past the column are clamped to a valid
+address; columns past N are clamped for loads and never stored.
 """
 
 from __future__ import annotations
 
-from numba import cuda, float32, uint64
+import functools
+from dataclasses import dataclass
 
-from .intrinsics import warp_sum
-from .nibbles import NIBBLE_SCALE, dot8
+import numpy as np
+from numba import cuda, float32
 
-__all__ = ["default_kernel", "geometry", "COLS_PER_BLOCK", "THREADS", "TILE_K", "SHARED_BYTES"]
+from . import bf16
+from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, zero_point_constants
+from .intrinsics import SIMULATED, half2_sum, shfl_xor
+from .vector_loads import load8, load16
 
-COLS_PER_BLOCK = 8                  # one warp per column
-THREADS = 32 * COLS_PER_BLOCK       # 256
-TILE_K = 1024                       # activations staged per tile (multiple of every block size)
-TILE_WORDS = TILE_K // 8
-TILE_GROUPS = TILE_K // 16          # most groups in a tile (block size 16)
-SHARED_BYTES = 4 * (TILE_K + TILE_WORDS + 2 * COLS_PER_BLOCK * TILE_GROUPS)
+__all__ = ["DefaultConfig", "choose_config", "default_kernel", "geometry", "DTYPES", "MAX_M",
+           "COLS", "LANES", "UNROLLS"]
+
+DTYPES = ("float16", "bfloat16")
+MAX_M = 16
+COLS = (1, 2, 4, 8)
+LANES = (1, 2, 4, 8, 16, 32)
+UNROLLS = (1, 2, 4)
+_BLOCK_SIZES = (16, 32, 64, 128)
+_U0 = np.uint32(0)
 
 
-def geometry(M: int, N: int):
-    """``(grid, block, shared_bytes)`` for an ``[M, K] x [N, K]^T`` product."""
-    return (-(-N // COLS_PER_BLOCK), M, 1), (THREADS, 1, 1), SHARED_BYTES
+@dataclass(frozen=True)
+class DefaultConfig:
+    """One compilation of the default tiling (all fields are compile-time constants).
 
-
-@cuda.jit
-def default_kernel(a, words, flat_words, scales, zero_points, has_zp, bias, has_bias, out, K,
-                   block_size):
-    """``out[m, n] = sum_k a[m, k] * (q[n, k] - zp) * scale + bias[n]``.
-
-    a: fp16 [M, K]; words: uint32 [N, ceil(K/bs)*bs/8] and flat_words, the same as 1-D; scales: fp16 [N, ceil(K/bs)];
-    zero_points: uint8 [N, ceil(ceil(K/bs)/2)] (read only if has_zp); bias: fp16 [N] (read only
-    if has_bias); out: fp16 [M, N].
+    dtype: "float16" or "bfloat16" (activations, scales, bias and output);
+    M: batch rows 1..16; block_size: 16/32/64/128; zero_points: the weight has them;
+    cols: columns per lane per step (load parallelism); lanes: lanes per column (a power of
+    two, <= 32); unroll: chunks per lane per step; warps: warps per block;
+    blocks_per_sm: resident blocks per SM (launch bounds; the persistent grid's size);
+    act_vector: activations 16-byte aligned (16-byte loads; else 2-byte loads);
+    weight_vector: packed rows 16-byte aligned (16-byte loads; else two 8-byte loads).
     """
-    s_a = cuda.shared.array(TILE_K, float32)
-    s_asum = cuda.shared.array(TILE_WORDS, float32)
-    s_scale = cuda.shared.array((COLS_PER_BLOCK, TILE_GROUPS), float32)
-    s_offset = cuda.shared.array((COLS_PER_BLOCK, TILE_GROUPS), float32)
 
-    tid = cuda.threadIdx.x
-    warp = tid // 32
-    lane = tid % 32
-    m = cuda.blockIdx.y
-    n_first = cuda.blockIdx.x * COLS_PER_BLOCK
-    N = out.shape[1]
-    n_load = min(n_first + warp, N - 1)
-    words_per_group = block_size // 8
-    acc = float32(0.0)
+    dtype: str
+    M: int
+    block_size: int
+    zero_points: bool
+    cols: int = 2
+    lanes: int = 32
+    unroll: int = 2
+    warps: int = 4
+    blocks_per_sm: int = 8
+    act_vector: bool = True
+    weight_vector: bool = True
 
-    for k0 in range(0, K, TILE_K):
-        kt = min(TILE_K, K - k0)
-        nwords = kt // 8
-        g0 = k0 // block_size
-        ngroups = (kt + block_size - 1) // block_size
+    def __post_init__(self):
+        def check(name, ok, accepted):
+            if not ok:
+                raise ValueError(f"DefaultConfig.{name} must be {accepted}; "
+                                 f"got {getattr(self, name)!r}")
+        check("dtype", self.dtype in DTYPES, f"one of {DTYPES}")
+        for name in ("M", "block_size", "cols", "lanes", "unroll", "warps", "blocks_per_sm"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
+        for name in ("zero_points", "act_vector", "weight_vector"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"DefaultConfig.{name} must be a bool")
+        check("M", 1 <= self.M <= MAX_M, f"in 1..{MAX_M}")
+        check("block_size", self.block_size in _BLOCK_SIZES, f"one of {_BLOCK_SIZES}")
+        check("cols", self.cols in COLS, f"one of {COLS}")
+        check("lanes", self.lanes in LANES, f"one of {LANES}")
+        check("unroll", self.unroll in UNROLLS, f"one of {UNROLLS}")
+        check("warps", self.warps in (1, 2, 4, 8), "one of (1, 2, 4, 8)")
+        check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
+              f"in 1..{64 // self.warps}")
 
-        # Phase 1: stage activations, scales (x128) and zero-point offsets.
-        for i in range(tid, kt, THREADS):
-            s_a[i] = float32(a[m, k0 + i])
-        for i in range(tid, COLS_PER_BLOCK * ngroups, THREADS):
-            c = i // ngroups
-            g = i - c * ngroups
-            n_c = min(n_first + c, N - 1)
-            zp = float32(8.0)
-            if has_zp:
-                byte = zero_points[n_c, (g0 + g) // 2]
-                zp = float32((byte >> (4 * ((g0 + g) % 2))) & 15)
-            s_scale[c, g] = float32(scales[n_c, g0 + g]) * float32(NIBBLE_SCALE)
-            s_offset[c, g] = float32(1.0) + zp / float32(NIBBLE_SCALE)
-        cuda.syncthreads()
-        for j in range(tid, nwords, THREADS):
-            b = 8 * j
-            s_asum[j] = (s_a[b] + s_a[b + 1] + s_a[b + 2] + s_a[b + 3]
-                         + s_a[b + 4] + s_a[b + 5] + s_a[b + 6] + s_a[b + 7])
-        cuda.syncthreads()
+    @property
+    def columns_per_warp(self) -> int:
+        return 32 // self.lanes * self.cols
 
-        # Phase 2: this warp's column, one word per lane per step, two steps in flight.
-        # Unsigned indices: no negative-index wraparound code on the hot path.
-        row = uint64(n_load) * uint64(words.shape[1]) + uint64(k0 // 8)
-        nw = uint64(nwords)
-        wpg = uint64(words_per_group)
-        for j in range(uint64(lane), nw, uint64(64)):
-            j1 = j + uint64(32)
-            w0 = flat_words[row + j]
-            w1 = flat_words[row + min(j1, nw - uint64(1))]
-            b = j << uint64(3)
-            x = dot8(w0, s_a[b], s_a[b + uint64(1)], s_a[b + uint64(2)], s_a[b + uint64(3)],
-                     s_a[b + uint64(4)], s_a[b + uint64(5)], s_a[b + uint64(6)], s_a[b + uint64(7)])
-            g = j // wpg
-            acc += s_scale[warp, g] * (x - s_offset[warp, g] * s_asum[j])
-            if j1 < nw:
-                b = j1 << uint64(3)
-                x = dot8(w1, s_a[b], s_a[b + uint64(1)], s_a[b + uint64(2)], s_a[b + uint64(3)],
-                         s_a[b + uint64(4)], s_a[b + uint64(5)], s_a[b + uint64(6)],
-                         s_a[b + uint64(7)])
-                g = j1 // wpg
-                acc += s_scale[warp, g] * (x - s_offset[warp, g] * s_asum[j1])
-        cuda.syncthreads()  # the next tile overwrites shared memory
 
-    # Phase 3: reduce the warp's partial sums; lane 0 writes the column.
-    acc = warp_sum(acc)
-    n = n_first + warp
-    if lane == 0 and n < N:
-        if has_bias:
-            acc += float32(bias[n])
-        out[m, n] = acc
+def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True,
+                  weight_aligned16=True, cols=None, multiprocessors=132) -> DefaultConfig:
+    """The default configuration for a problem (``cols`` overrides the column count).
+
+    lanes: enough lanes per column for its chunks (K short: several columns per warp);
+    unroll: up to 2 chunks per lane per step; cols: 2 (1 from M > 2 and 4 rows on, to bound
+    registers), fewer while the grid would not give every SM 8 warps; resident blocks per SM
+    shrink with M (more accumulators per thread)."""
+    chunks = -(-K // 32)
+    lanes = 1
+    while lanes < 32 and lanes < chunks:
+        lanes *= 2
+    per_lane = -(-chunks // lanes)
+    unroll = 1 if per_lane == 1 else 2
+    warps = 4
+    if cols is None:
+        cols = 2 if M <= 2 else 1
+        while cols > 1 and -(-N // (32 // lanes * cols)) < 8 * multiprocessors:
+            cols //= 2
+    blocks = 8 if M <= 2 else (4 if M <= 8 else 2)
+    row_bytes = -(-K // block_size) * block_size // 2
+    return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),
+                         zero_points=bool(zero_points), cols=cols, lanes=lanes, unroll=unroll,
+                         warps=warps, blocks_per_sm=blocks, act_vector=bool(act_aligned16),
+                         weight_vector=bool(weight_aligned16) and row_bytes % 16 == 0)
+
+
+def geometry(config: DefaultConfig, N: int, multiprocessors: int):
+    """``(grid, block)``: a persistent grid of at most ``blocks_per_sm`` blocks per SM."""
+    groups = -(-N // config.columns_per_warp)
+    blocks = -(-groups // config.warps)
+    return (max(1, min(blocks, config.blocks_per_sm * multiprocessors)), 1, 1), \
+        (32 * config.warps, 1, 1)
+
+
+@functools.lru_cache(maxsize=None)
+def default_kernel(config: DefaultConfig):
+    """The compiled kernel of ``config``. Arguments, in order:
+    ``(act, packed, scales, zero_points, bias, has_bias, out, K, N)``: act uint16 ``[M*K]``
+    (activation bits); packed uint8 ``[N * ceil(K/bs) * bs/2]``; scales ``[N * ceil(K/bs)]``
+    (float16, or uint16 bf16 bits); zero_points uint8 ``[N * ceil(ceil(K/bs)/2)]`` (read only
+    when ``config.zero_points``); bias ``[N]`` (float16 or bf16 bits, read only if has_bias);
+    out ``[M*N]`` (float16 or bf16 bits). ``packed`` and (with ``act_vector``) ``act`` must be
+    16-byte aligned (``weight_vector``: else 8-byte)."""
+    if not isinstance(config, DefaultConfig):
+        raise TypeError(f"config must be a DefaultConfig; got {type(config).__name__}")
+    F16 = config.dtype == "float16"
+    M, C, L, U = config.M, config.cols, config.lanes, config.unroll
+    BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
+    ACT_VEC, W_VEC = config.act_vector, config.weight_vector
+    P = 32 // L
+    LOG_L = L.bit_length() - 1
+    GROUP_COLS = P * C
+    TWO_GROUPS = BS == 16                # a chunk holds two quantization groups
+    CHUNKS_PER_GROUP = max(1, BS // 32)
+    Z = np.uint32(0)
+
+    @cuda.jit(device=True, inline=True)
+    def load_nibbles(packed, offset, second_half):
+        """The chunk's 16 bytes (the second 8 only where ``second_half``: not past the row)."""
+        if W_VEC:
+            return load16(packed, offset)
+        lo = load8(packed, offset)
+        hi = load8(packed, offset + 8) if second_half else (Z, Z)
+        return (lo[0], lo[1], hi[0], hi[1])
+
+    @cuda.jit(device=True, inline=True)
+    def load_act(act, offset, valid):
+        """8 activations (4 uint32) from element ``offset``; zeros where not ``valid``."""
+        if not valid:
+            return (Z, Z, Z, Z)
+        if ACT_VEC:
+            return load16(act, offset)
+        return (np.uint32(act[offset]) | (np.uint32(act[offset + 1]) << np.uint32(16)),
+                np.uint32(act[offset + 2]) | (np.uint32(act[offset + 3]) << np.uint32(16)),
+                np.uint32(act[offset + 4]) | (np.uint32(act[offset + 5]) << np.uint32(16)),
+                np.uint32(act[offset + 6]) | (np.uint32(act[offset + 7]) << np.uint32(16)))
+
+    @cuda.jit(device=True, inline=True)
+    def to_float(x):
+        return float32(x) if F16 else bf16.low_value(np.uint32(x))
+
+    @cuda.jit(device=True, inline=True)
+    def load_group_data(packed, scales, zero_points, n, j, nwords, nb, nzb, row_bytes,
+                        raw, sv, zv, c, u):
+        """Issue the loads of chunk ``j`` of column ``n`` into slot ``(c, u)``."""
+        x = load_nibbles(packed, n * row_bytes + 16 * j, 4 * j + 2 < nwords)
+        for i in range(4):
+            raw[c, u, i] = x[i]
+        for h in range(2):
+            if TWO_GROUPS:
+                g = min(2 * j + h, nb - 1)
+            else:
+                g = j // CHUNKS_PER_GROUP
+            if h == 0 or TWO_GROUPS:
+                sv[c, u, h] = to_float(scales[n * nb + g])
+                if ZP:
+                    byte = np.uint32(zero_points[n * nzb + (g >> 1)])
+                    zv[c, u, h] = (byte >> np.uint32((g & 1) << 2)) & np.uint32(15)
+
+    @cuda.jit(device=True, inline=True)
+    def fold_f16(act, m, j_raw, j, nwords, K, raw, sv, zv, u, acc):
+        base = m * K + 32 * j
+        pairs = cuda.local.array(16, np.uint32)
+        for i in range(4):
+            x = load_act(act, base + 8 * i, 4 * j_raw + i < nwords)
+            pairs[4 * i] = (x[0] & np.uint32(0xFFFF)) | (x[2] << np.uint32(16))
+            pairs[4 * i + 1] = (x[0] >> np.uint32(16)) | (x[2] & np.uint32(0xFFFF0000))
+            pairs[4 * i + 2] = (x[1] & np.uint32(0xFFFF)) | (x[3] << np.uint32(16))
+            pairs[4 * i + 3] = (x[1] >> np.uint32(16)) | (x[3] & np.uint32(0xFFFF0000))
+        for c in range(C):
+            total = float32(0.0)
+            for h in range(2):
+                hz = h if TWO_GROUPS else 0
+                if ZP:
+                    low, high = zero_point_constants(zv[c, u, hz])
+                else:
+                    low, high = NO_ZP_LOW, NO_ZP_HIGH
+                s = _U0
+                for i in range(2 * h, 2 * h + 2):
+                    s = dot8(raw[c, u, i], pairs[4 * i], pairs[4 * i + 1], pairs[4 * i + 2],
+                             pairs[4 * i + 3], low, high, s)
+                if TWO_GROUPS:
+                    total += sv[c, u, h] * half2_sum(s)
+                else:
+                    total += half2_sum(s)
+            if TWO_GROUPS:
+                acc[m, c] += total
+            else:
+                acc[m, c] += sv[c, u, 0] * total
+
+    @cuda.jit(device=True, inline=True)
+    def fold_bf16(act, m, j_raw, j, nwords, K, raw, sv, zv, u, acc):
+        base = m * K + 32 * j
+        a = cuda.local.array(32, float32)
+        offset = cuda.local.array(2, float32)
+        total_a = cuda.local.array(2, float32)
+        for h in range(2):
+            even = float32(0.0)
+            odd = float32(0.0)
+            for i in range(2 * h, 2 * h + 2):
+                x = load_act(act, base + 8 * i, 4 * j_raw + i < nwords)
+                for e in range(4):
+                    a[8 * i + 2 * e] = bf16.low_value(x[e])
+                    a[8 * i + 2 * e + 1] = bf16.high_value(x[e])
+                    even += a[8 * i + 2 * e]
+                    odd += a[8 * i + 2 * e + 1]
+            offset[h] = float32(bf16.EVEN_OFFSET) * even + float32(bf16.ODD_OFFSET) * odd
+            total_a[h] = even + odd
+        for c in range(C):
+            total = float32(0.0)
+            for h in range(2):
+                hz = h if TWO_GROUPS else 0
+                s = float32(0.0)
+                for i in range(2 * h, 2 * h + 2):
+                    k = 8 * i
+                    s = bf16.dot8(raw[c, u, i], a[k], a[k + 1], a[k + 2], a[k + 3], a[k + 4],
+                                  a[k + 5], a[k + 6], a[k + 7], s)
+                s -= offset[h]
+                if ZP:
+                    s -= float32(zv[c, u, hz]) * total_a[h]
+                else:
+                    s -= float32(8.0) * total_a[h]
+                if TWO_GROUPS:
+                    total += sv[c, u, h] * s
+                else:
+                    total += s
+            if TWO_GROUPS:
+                acc[m, c] += total
+            else:
+                acc[m, c] += sv[c, u, 0] * total
+
+    bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
+
+    @cuda.jit(**bounds)
+    def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N):
+        lane = cuda.threadIdx.x % 32
+        s = lane % L
+        p = lane // L
+        nwords = K // 8                      # valid uint32 words per column
+        nchunks = (nwords + 3) // 4
+        nb = (K + BS - 1) // BS              # quantization groups per column
+        nzb = (nb + 1) // 2
+        row_bytes = nb * (BS // 2)
+        groups = (N + GROUP_COLS - 1) // GROUP_COLS
+        g = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
+        stride = cuda.gridDim.x * WARPS
+        raw = cuda.local.array((C, U, 4), np.uint32)
+        sv = cuda.local.array((C, U, 2), float32)
+        zv = cuda.local.array((C, U, 2), np.uint32)
+        acc = cuda.local.array((M, C), float32)
+        while g < groups:
+            for m in range(M):
+                for c in range(C):
+                    acc[m, c] = float32(0.0)
+            col0 = g * GROUP_COLS + p
+            for j0 in range(s, nchunks, L * U):
+                # Phase 1: every weight load of this step in flight before any is used.
+                for c in range(C):
+                    n = min(col0 + c * P, N - 1)
+                    for u in range(U):
+                        j = min(j0 + u * L, nchunks - 1)
+                        load_group_data(packed, scales, zero_points, n, j, nwords, nb, nzb,
+                                        row_bytes, raw, sv, zv, c, u)
+                # Phase 2: each activation row once per chunk, applied to every column.
+                for u in range(U):
+                    j_raw = j0 + u * L
+                    j = min(j_raw, nchunks - 1)
+                    for m in range(M):
+                        if F16:
+                            fold_f16(act, m, j_raw, j, nwords, K, raw, sv, zv, u, acc)
+                        else:
+                            fold_bf16(act, m, j_raw, j, nwords, K, raw, sv, zv, u, acc)
+            # Phase 3: reduce over the column's lanes; its first lane writes M outputs.
+            for m in range(M):
+                for c in range(C):
+                    v = acc[m, c]
+                    for r in range(LOG_L):
+                        v += shfl_xor(v, np.uint32(L >> (r + 1)))
+                    acc[m, c] = v
+            if s == 0:
+                for c in range(C):
+                    n = col0 + c * P
+                    if n < N:
+                        b = to_float(bias[n]) if has_bias else float32(0.0)
+                        for m in range(M):
+                            y = acc[m, c] + b
+                            if F16:
+                                out[m * N + n] = y
+                            else:
+                                out[m * N + n] = bf16.to_bf16_bits(y)
+            g += stride
+
+    return kernel

@@ -1,0 +1,213 @@
+"""GPU probe of the default tiling: correctness at full size, graph-replay timing, peers, SASS.
+
+``python -m bench.probe_default --out DIR [--quick]`` (needs a CUDA GPU and torch). For each
+row: random device weights (packed bytes, scales, zero points) rotated over more than 400 MB so
+no launch finds its weight in the 60 MB L2; the kernel bound once and captured ``launches``
+times into a torch CUDA graph; the median per-launch time of the replays; bytes counted in the
+weight's format (packed + scales + zero points + activations + output); the term-wise error of
+copy 0 against a float64 torch reference. tinygemm (bf16, group 32) and the single-warp
+specialization run in the same process on the same shapes. Writes ``probe-default.json`` and
+the SASS and resource usage of the lm_head kernel under ``DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROTATE_BYTES = 400 << 20
+SHAPES = {"k/v": (1024, 2048), "q/o": (2048, 2048), "gate/up": (6144, 2048),
+          "down": (2048, 6144), "lm_head": (151936, 2048)}
+
+
+def torch_weights(torch, N, K, bs, zp, dtype, gen):
+    nb = -(-K // bs)
+    packed = torch.randint(0, 256, (N * nb * bs // 2,), dtype=torch.uint8, device="cuda",
+                           generator=gen)
+    tdt = torch.float16 if dtype == "float16" else torch.bfloat16
+    scales = ((torch.rand((N * nb,), device="cuda", generator=gen) + 0.5) * 0.01).to(tdt)
+    zps = (torch.randint(0, 256, (N * ((nb + 1) // 2),), dtype=torch.uint8, device="cuda",
+                         generator=gen) if zp else torch.zeros(1, dtype=torch.uint8, device="cuda"))
+    return packed, scales, zps
+
+
+def reference(torch, a, packed, scales, zps, N, K, bs, zp):
+    nb = -(-K // bs)
+    p = packed.view(N, nb * bs // 2)
+    q = torch.stack((p & 15, p >> 4), dim=-1).reshape(N, nb * bs)[:, :K].double()
+    g = torch.arange(K, device="cuda") // bs
+    s = scales.view(N, nb).double()[:, g]
+    if zp:
+        zb = zps.view(N, -1)
+        z = torch.stack((zb & 15, zb >> 4), dim=-1).reshape(N, -1)[:, :nb].double()[:, g]
+    else:
+        z = 8.0
+    deq = (q - z) * s
+    a64 = a.double()
+    y, size = a64 @ deq.t(), a64.abs() @ deq.abs().t()
+    del deq, q, s
+    return y, size
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget", type=float, default=420, help="seconds before rows are skipped")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+
+    import torch
+    from numba import cuda
+
+    from bench.timing import GraphTimer, copy_bandwidth
+    from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
+    from int4gemv.launcher import bind
+
+    dev = cuda.get_current_device()
+    sms = dev.MULTIPROCESSOR_COUNT
+    t0 = time.time()
+    bw = copy_bandwidth()
+    print(f"device {torch.cuda.get_device_name()} SMs {sms} copy {bw / 1e9:.0f} GB/s", flush=True)
+    stream = torch.cuda.Stream()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows = []
+
+    def as16(t):
+        return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
+
+    def time_issue(issue, copies):
+        launches = max(20, 2 * copies)
+        timer = GraphTimer(issue, launches, stream)
+        t = timer.measure(replays=20)
+        timer.close()
+        return t
+
+    def run_default(name, N, K, M=1, bs=32, zp=False, dtype="float16", **override):
+        if time.time() - t0 > args.budget:
+            print(f"skipped (time budget): default {name} M={M} bs={bs} zp={zp} {dtype} {override}")
+            return None
+        nb = -(-K // bs)
+        wbytes = N * nb * bs // 2 + N * nb * 2 + (N * ((nb + 1) // 2) if zp else 0)
+        copies = max(1, -(-ROTATE_BYTES // wbytes))
+        weights = [torch_weights(torch, N, K, bs, zp, dtype, gen) for _ in range(copies)]
+        tdt = torch.float16 if dtype == "float16" else torch.bfloat16
+        a = torch.randn((M, K), device="cuda", generator=gen).to(tdt)
+        out = torch.full((M * N,), float("nan"), device="cuda", dtype=tdt)
+        bias = torch.zeros(1, device="cuda", dtype=tdt)
+        config = choose_config(M, N, K, bs, dtype, zp, multiprocessors=sms)
+        if override:
+            config = DefaultConfig(**{**config.__dict__, **override})
+        kernel = default_kernel(config)
+        grid, block = geometry(config, N, sms)
+        scale_view = (lambda s: cuda.as_cuda_array(s)) if dtype == "float16" else as16
+        out_view = cuda.as_cuda_array(out) if dtype == "float16" else as16(out)
+        bias_view = cuda.as_cuda_array(bias) if dtype == "float16" else as16(bias)
+        bound = [bind(kernel, (as16(a).reshape(-1), cuda.as_cuda_array(p), scale_view(s),
+                               cuda.as_cuda_array(z), bias_view, False, out_view, K, N),
+                      grid, block) for p, s, z in weights]
+        bound[0].launch(stream.cuda_stream)
+        stream.synchronize()
+        y = out.view(M, N).double()
+        written = bool(torch.isfinite(y).all())
+        ref, size = reference(torch, a, *weights[0], N, K, bs, zp)
+        err = float(((y - ref).abs() / size).max())
+        del ref, size
+        t = time_issue(lambda i, h: bound[i % copies].launch(h), copies)
+        nbytes = wbytes + M * K * 2 + M * N * 2
+        row = dict(kind="default", shape=name, N=N, K=K, M=M, bs=bs, zp=zp, dtype=dtype,
+                   config={k: v for k, v in config.__dict__.items()}, grid=grid[0],
+                   us=t.us, p10=t.p10_us, p90=t.p90_us, pct_copy=100 * nbytes / (t.us * 1e-6) / bw,
+                   error=err, written=written,
+                   regs=kernel.get_regs_per_thread(), local=kernel.get_local_mem_per_thread())
+        rows.append(row)
+        print(f"default {name:8s} M={M:2d} bs={bs:3d} zp={int(zp)} {dtype:8s} "
+              f"c{config.cols}l{config.lanes}u{config.unroll}b{config.blocks_per_sm} "
+              f"{t.us:8.2f} us {row['pct_copy']:5.1f}% err {err:.1e} regs {row['regs']} "
+              f"local {row['local']} written {written}", flush=True)
+        if name == "lm_head" and M == 1 and bs == 32 and not zp and not override:
+            with open(os.path.join(args.out, f"sass-default-{dtype}.txt"), "w") as f:
+                f.write(kernel.inspect_sass())
+        del weights, bound
+        torch.cuda.empty_cache()
+        return row
+
+    def run_tinygemm(name, N, K, M=1):
+        nbytes = N * K // 2 + (K // 32) * N * 4
+        copies = max(1, -(-ROTATE_BYTES // nbytes))
+        ws = []
+        for _ in range(copies):
+            q = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda", generator=gen)
+            ws.append((torch._convert_weight_to_int4pack(q, 8),
+                       (torch.rand((K // 32, N, 2), device="cuda", generator=gen) * 0.01)
+                       .to(torch.bfloat16)))
+        x = torch.randn((M, K), device="cuda", generator=gen).to(torch.bfloat16)
+
+        def issue(i, h):
+            p, sz = ws[i % copies]
+            torch._weight_int4pack_mm(x, p, 32, sz)
+        t = time_issue(issue, copies)
+        rows.append(dict(kind="tinygemm", shape=name, N=N, K=K, M=M, us=t.us,
+                         pct_copy=100 * (nbytes + M * K * 2 + M * N * 2) / (t.us * 1e-6) / bw))
+        print(f"tinygemm {name:8s} M={M:2d} {t.us:8.2f} us", flush=True)
+        del ws
+        torch.cuda.empty_cache()
+
+    def run_single_warp(name, N, K):
+        import int4gemv as ig
+        from int4gemv.dispatch import plan_gemv
+        from int4gemv.kernels import single_warp_kernel
+
+        plan = plan_gemv(1, N, K, 32, np.float16, ig.read_controls("auto"),
+                         torch.cuda.get_device_name(), multiprocessors=sms)
+        if plan.kernel != "single_warp":
+            print(f"single-warp {name}: auto picks {plan.kernel}")
+            return
+        nbytes = N * K // 2 + N * K // 32 * 2
+        copies = max(1, -(-ROTATE_BYTES // nbytes))
+        ws = [torch_weights(torch, N, K, 32, False, "float16", gen) for _ in range(copies)]
+        a = torch.randn((K,), device="cuda", generator=gen).half()
+        out = torch.empty((N,), device="cuda", dtype=torch.float16)
+        kernel = single_warp_kernel(plan.cols, plan.unroll, plan.activations, False,
+                                    plan.blocks_per_sm, True, False, False)
+        bound = [bind(kernel, (cuda.as_cuda_array(a).view(np.uint64),
+                               cuda.as_cuda_array(p).view(np.uint64), cuda.as_cuda_array(s),
+                               cuda.as_cuda_array(z), False, cuda.as_cuda_array(out), False,
+                               cuda.as_cuda_array(out), K), plan.grid, plan.block)
+                 for p, s, z in ws]
+        t = time_issue(lambda i, h: bound[i % copies].launch(h), copies)
+        rows.append(dict(kind="single_warp_auto", shape=name, N=N, K=K, M=1, us=t.us,
+                         tuning=f"{plan.cols}x{plan.unroll}"))
+        print(f"single-warp auto {name:8s} {plan.cols}x{plan.unroll} {t.us:8.2f} us", flush=True)
+        del ws, bound
+        torch.cuda.empty_cache()
+
+    N, K = SHAPES["lm_head"]
+    for dtype in ("float16", "bfloat16"):
+        run_default("lm_head", N, K, dtype=dtype)
+    for cols, unroll, blocks in ((1, 2, 8), (4, 2, 4), (2, 1, 8), (2, 2, 4)):
+        run_default("lm_head", N, K, cols=cols, unroll=unroll, blocks_per_sm=blocks)
+    for name, (N, K) in SHAPES.items():
+        run_default(name, N, K)
+        run_single_warp(name, N, K)
+        run_tinygemm(name, N, K)
+    for bs in (16, 64, 128):
+        for zp in (False, True):
+            run_default("lm_head", *SHAPES["lm_head"], bs=bs, zp=zp)
+    for name in ("gate/up", "lm_head"):
+        for M in (2, 4, 8, 16):
+            for dtype in ("float16", "bfloat16"):
+                run_default(name, *SHAPES[name], M=M, dtype=dtype)
+            run_tinygemm(name, *SHAPES[name], M=M)
+    with open(os.path.join(args.out, "probe-default.json"), "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), copy_GBps=bw / 1e9,
+                       torch=torch.__version__, rows=rows, seconds=time.time() - t0), f, indent=1)
+    print(f"done in {time.time() - t0:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The default tiling's kernel against a float64 reference, launched directly on its config.
+
+Every run draws fresh random data (never zeros), poisons the output with NaN first and checks
+that every element was written. Shapes cover every tail class: K shorter than one chunk of 32,
+K ending inside a chunk (each remainder of the 4-word chunk), partial last quantization groups,
+N tails for every columns-per-warp, several lanes per column (short K), several chunks per lane
+and unrolled steps (long K), M = 1..16, fp16 and bf16, with and without zero points and bias.
+
+Error measure: the error of each output relative to ``sum_k |a_k| |w_nk|`` (the size of the
+terms it sums, so a cancelling output does not inflate it), max over outputs. fp16: partial sums
+of 8 products in fp16 (roundings of 2**-11 of terms up to 15 |a| |s|), then float32: bound 2e-3.
+bf16: float32 arithmetic, bf16 output rounding (2**-9 of |y| <= the term sum): bound 4e-3.
+A wrong nibble, group, scale or zero point moves some output by a whole term (>= 1/K of the
+term sum, K <= 2056 here: >= 5e-4 for K = 2056, far more for the short K) — the tests also check
+the norm-wise error, where such a mistake is orders of magnitude above the bound.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from numba import cuda
+
+import int4gemv as ig
+from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
+
+BF16 = ml_dtypes.bfloat16
+DTYPES = {"float16": np.float16, "bfloat16": BF16}
+TOL = {"float16": 2e-3, "bfloat16": 4e-3}
+NORM_TOL = {"float16": 1e-3, "bfloat16": 3e-3}
+
+
+def make(rng, N, K, bs, zp, M, dtype):
+    w = ig.quantize(rng.standard_normal((N, K)).astype(np.float32), bs, symmetric=not zp)
+    a = rng.standard_normal((M, K)).astype(DTYPES[dtype])
+    bias = rng.standard_normal(N).astype(DTYPES[dtype])
+    return a, w, bias
+
+
+def bits(x):
+    return np.ascontiguousarray(x).view(np.uint16)
+
+
+def run(a, w, bias, dtype, config=None, multiprocessors=2, **overrides):
+    """Launch the kernel of ``config`` (default: ``choose_config``); returns float64 [M, N]."""
+    M, K = a.shape
+    N = w.N
+    zp = w.zero_points is not None
+    if config is None:
+        config = choose_config(M, N, K, w.block_size, dtype, zp, multiprocessors=multiprocessors,
+                               **overrides)
+    scales = w.scales if dtype == "float16" else bits(w.scales.astype(BF16))
+    d_scales = cuda.to_device(scales.reshape(-1))
+    d_packed = cuda.to_device(w.packed.reshape(-1))
+    d_zp = cuda.to_device(w.zero_points.reshape(-1) if zp else np.zeros(1, np.uint8))
+    d_act = cuda.to_device(bits(a).reshape(-1))
+    out_dtype = np.float16 if dtype == "float16" else np.uint16
+    poison = np.full(M * N, np.nan, np.float16).view(np.uint16)
+    poison = poison if out_dtype is np.uint16 else poison.view(np.float16)
+    d_out = cuda.to_device(poison)
+    has_bias = bias is not None
+    if has_bias:
+        d_bias = cuda.to_device(bias if dtype == "float16" else bits(bias))
+    else:
+        d_bias = cuda.to_device(np.zeros(1, out_dtype))
+    grid, block = geometry(config, N, multiprocessors)
+    default_kernel(config)[grid, block](d_act, d_packed, d_scales, d_zp, d_bias, has_bias, d_out,
+                                        K, N)
+    y = d_out.copy_to_host()
+    y = (y.view(BF16) if dtype == "bfloat16" else y).astype(np.float64).reshape(M, N)
+    assert np.all(np.isfinite(y)), f"outputs not written: {np.argwhere(~np.isfinite(y))[:5]}"
+    return y, config
+
+
+def reference(a, w, bias, dtype):
+    scales = w.scales.astype(DTYPES[dtype]).astype(np.float64)
+    q = w.unpacked().astype(np.float64)
+    k_block = np.arange(w.K) // w.block_size
+    deq = (q - w.zero_point_values().astype(np.float64)[:, k_block]) * scales[:, k_block]
+    a64 = a.astype(np.float64)
+    y = a64 @ deq.T
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return y, np.abs(a64) @ np.abs(deq).T
+
+
+def check(y, a, w, bias, dtype):
+    ref, size = reference(a, w, bias, dtype)
+    if bias is not None:
+        size = size + np.abs(bias.astype(np.float64))
+    termwise = np.max(np.abs(y - ref) / size)
+    normwise = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+    assert termwise <= TOL[dtype], f"term-wise error {termwise:.2e}"
+    assert normwise <= NORM_TOL[dtype], f"norm-wise error {normwise:.2e}"
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("bs", ig.BLOCK_SIZES)
+@pytest.mark.parametrize("zp", [False, True])
+def test_block_sizes_zero_points_bias(rng, dtype, bs, zp):
+    # K = 2 bs + 8: a partial last group and a last chunk with one valid word (for bs >= 16).
+    a, w, bias = make(rng, 7, 2 * bs + 8, bs, zp, 1, dtype)
+    y, _ = run(a, w, bias, dtype)
+    check(y, a, w, bias, dtype)
+
+
+@pytest.mark.parametrize("K,bs", [(8, 16), (16, 32), (24, 64), (32, 128), (40, 16), (48, 16),
+                                  (56, 32), (96, 64), (136, 128), (776, 64), (1424, 16)])
+def test_k_tails(rng, K, bs):
+    # K < one chunk, exactly one chunk, and each remainder of the 4-word chunk, odd group counts.
+    for dtype in DTYPES:
+        a, w, bias = make(rng, 5, K, bs, True, 2, dtype)
+        y, _ = run(a, w, None, dtype)
+        check(y, a, w, None, dtype)
+
+
+@pytest.mark.parametrize("M", [1, 2, 3, 5, 8, 16])
+def test_batch_rows(rng, M):
+    for dtype in DTYPES:
+        a, w, bias = make(rng, 6, 72, 16, True, M, dtype)
+        y, _ = run(a, w, bias, dtype)
+        check(y, a, w, bias, dtype)
+
+
+@pytest.mark.parametrize("cols", [1, 2, 4, 8])
+def test_n_tails_every_column_count(rng, cols):
+    # N = 13 leaves a partial column group for every cols; two lanes per column (K = 64).
+    a, w, bias = make(rng, 13, 64, 32, False, 1, "float16")
+    y, config = run(a, w, bias, "float16", cols=cols)
+    assert config.cols == cols and config.lanes == 2
+    check(y, a, w, bias, "float16")
+
+
+def test_long_k_several_chunks_per_lane_and_unroll(rng):
+    # 65 chunks over 32 lanes: lane 0 takes 3 chunks, one of them in an unrolled step's tail.
+    for dtype in DTYPES:
+        a, w, bias = make(rng, 3, 2056, 32, True, 1, dtype)
+        y, config = run(a, w, bias, dtype)
+        assert config.lanes == 32 and config.unroll == 2
+        check(y, a, w, bias, dtype)
+
+
+def test_unaligned_fallbacks(rng):
+    # bs 16 with an odd group count: 8-byte-aligned rows (two 8-byte loads per chunk); and
+    # activations read element by element.
+    a, w, bias = make(rng, 4, 48, 16, True, 2, "float16")
+    base = choose_config(2, 4, 48, 16, "float16", True, multiprocessors=2)
+    assert not base.weight_vector
+    config = DefaultConfig(**{**base.__dict__, "act_vector": False})
+    y, _ = run(a, w, bias, "float16", config=config)
+    check(y, a, w, bias, "float16")
+
+
+def test_persistent_grid_walks_every_group(rng):
+    # One block of 1 warp takes every column group in turn.
+    a, w, bias = make(rng, 9, 64, 32, True, 1, "bfloat16")
+    config = DefaultConfig("bfloat16", 1, 32, True, cols=1, lanes=2, unroll=1, warps=1,
+                           blocks_per_sm=1)
+    y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")
+
+
+def test_config_validates_itself():
+    with pytest.raises(ValueError, match="dtype"):
+        DefaultConfig("float32", 1, 32, False)
+    with pytest.raises(ValueError, match="M"):
+        DefaultConfig("float16", 17, 32, False)
+    with pytest.raises(TypeError, match="cols"):
+        DefaultConfig("float16", 1, 32, False, cols=2.0)
+    with pytest.raises(ValueError, match="lanes"):
+        DefaultConfig("float16", 1, 32, False, lanes=3)
