@@ -1,6 +1,6 @@
 """GPU probe of the default tiling: correctness at full size, graph-replay timing, peers, SASS.
 
-``python -m bench.probe_default --out DIR [--quick]`` (needs a CUDA GPU and torch). For each
+``python -m bench.probe_default --out DIR [--budget S]`` (needs a CUDA GPU and torch). For each
 row: random device weights (packed bytes, scales, zero points) rotated over more than 400 MB so
 no launch finds its weight in the 60 MB L2; the kernel bound once and captured ``launches``
 times into a torch CUDA graph; the median per-launch time of the replays; bytes counted in the
