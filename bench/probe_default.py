@@ -25,6 +25,11 @@ SHAPES = {"k/v": (1024, 2048), "q/o": (2048, 2048), "gate/up": (6144, 2048),
           "down": (2048, 6144), "lm_head": (151936, 2048)}
 
 
+def first(value):
+    """Numba reports per-signature dicts; each kernel here has one signature."""
+    return next(iter(value.values())) if isinstance(value, dict) else value
+
+
 def torch_weights(torch, N, K, bs, zp, dtype, gen):
     nb = -(-K // bs)
     packed = torch.randint(0, 256, (N * nb * bs // 2,), dtype=torch.uint8, device="cuda",
@@ -123,7 +128,8 @@ def main(argv=None):
                    config={k: v for k, v in config.__dict__.items()}, grid=grid[0],
                    us=t.us, p10=t.p10_us, p90=t.p90_us, pct_copy=100 * nbytes / (t.us * 1e-6) / bw,
                    error=err, written=written,
-                   regs=kernel.get_regs_per_thread(), local=kernel.get_local_mem_per_thread())
+                   regs=first(kernel.get_regs_per_thread()),
+                   local=first(kernel.get_local_mem_per_thread()))
         rows.append(row)
         print(f"default {name:8s} M={M:2d} bs={bs:3d} zp={int(zp)} {dtype:8s} "
               f"c{config.cols}l{config.lanes}u{config.unroll}b{config.blocks_per_sm} "
@@ -131,7 +137,7 @@ def main(argv=None):
               f"local {row['local']} written {written}", flush=True)
         if name == "lm_head" and M == 1 and bs == 32 and not zp and not override:
             with open(os.path.join(args.out, f"sass-default-{dtype}.txt"), "w") as f:
-                f.write(kernel.inspect_sass())
+                f.write(first(kernel.inspect_sass()))
         del weights, bound
         torch.cuda.empty_cache()
         return row
