@@ -195,8 +195,13 @@ def main(argv=None):
     N, K = SHAPES["lm_head"]
     for dtype in ("float16", "bfloat16"):
         run_default("lm_head", N, K, dtype=dtype)
-    for cols, unroll, blocks in ((1, 2, 8), (4, 2, 4), (2, 1, 8), (2, 2, 4)):
+    for cols, unroll, blocks in ((1, 2, 8), (2, 2, 4), (2, 2, 6), (4, 1, 4), (2, 1, 8), (4, 2, 3),
+                                (4, 2, 2), (8, 1, 2)):
         run_default("lm_head", N, K, cols=cols, unroll=unroll, blocks_per_sm=blocks)
+    for cols, unroll, blocks in ((2, 2, 4), (4, 1, 4), (4, 2, 2)):
+        run_default("lm_head", N, K, dtype="bfloat16", cols=cols, unroll=unroll, blocks_per_sm=blocks)
+    for M, cols, blocks in ((4, 2, 4), (8, 2, 2), (16, 2, 2), (16, 1, 4), (8, 1, 4)):
+        run_default("gate/up", *SHAPES["gate/up"], M=M, cols=cols, blocks_per_sm=blocks)
     for name, (N, K) in SHAPES.items():
         run_default(name, N, K)
         run_single_warp(name, N, K)

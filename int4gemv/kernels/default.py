@@ -37,8 +37,8 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
-from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, zero_point_constants
-from .intrinsics import SIMULATED, half2_sum, shfl_xor
+from .intrinsics import SIMULATED, half2_fma, half2_sum, shfl_xor
+from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
 from .vector_loads import load8, load16
 
 __all__ = ["DefaultConfig", "choose_config", "default_kernel", "geometry", "DTYPES", "MAX_M",
@@ -188,96 +188,99 @@ def default_kernel(config: DefaultConfig):
         return float32(x) if F16 else bf16.low_value(np.uint32(x))
 
     @cuda.jit(device=True, inline=True)
-    def load_group_data(packed, scales, zero_points, n, j, nwords, nb, nzb, row_bytes,
-                        raw, sv, zv, c, u):
-        """Issue the loads of chunk ``j`` of column ``n`` into slot ``(c, u)``."""
-        x = load_nibbles(packed, n * row_bytes + 16 * j, 4 * j + 2 < nwords)
-        for i in range(4):
-            raw[c, u, i] = x[i]
-        for h in range(2):
-            if TWO_GROUPS:
-                g = min(2 * j + h, nb - 1)
-            else:
-                g = j // CHUNKS_PER_GROUP
-            if h == 0 or TWO_GROUPS:
-                sv[c, u, h] = to_float(scales[n * nb + g])
-                if ZP:
-                    byte = np.uint32(zero_points[n * nzb + (g >> 1)])
-                    zv[c, u, h] = (byte >> np.uint32((g & 1) << 2)) & np.uint32(15)
+    def issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
+              raw, sv, zv):
+        """Issue every weight, scale and zero-point load of one step (``cols x unroll``
+        chunks) before any of them is used."""
+        for c in range(C):
+            n = min(col0 + c * P, N - 1)
+            for u in range(U):
+                j = min(j0 + u * L, nchunks - 1)
+                x = load_nibbles(packed, n * row_bytes + 16 * j, 4 * j + 2 < nwords)
+                for i in range(4):
+                    raw[c, u, i] = x[i]
+                for h in range(2 if TWO_GROUPS else 1):
+                    g = min(2 * j + h, nb - 1) if TWO_GROUPS else j // CHUNKS_PER_GROUP
+                    sv[c, u, h] = to_float(scales[n * nb + g])
+                    if ZP:
+                        byte = np.uint32(zero_points[n * nzb + (g >> 1)])
+                        zv[c, u, h] = zero_point_offset(
+                            (byte >> np.uint32((g & 1) << 2)) & np.uint32(15))
+                    else:
+                        zv[c, u, h] = NO_ZP_OFFSET
 
     @cuda.jit(device=True, inline=True)
-    def fold_f16(act, m, j_raw, j, nwords, K, raw, sv, zv, u, acc):
-        base = m * K + 32 * j
-        pairs = cuda.local.array(16, np.uint32)
-        for i in range(4):
-            x = load_act(act, base + 8 * i, 4 * j_raw + i < nwords)
-            pairs[4 * i] = (x[0] & np.uint32(0xFFFF)) | (x[2] << np.uint32(16))
-            pairs[4 * i + 1] = (x[0] >> np.uint32(16)) | (x[2] & np.uint32(0xFFFF0000))
-            pairs[4 * i + 2] = (x[1] & np.uint32(0xFFFF)) | (x[3] << np.uint32(16))
-            pairs[4 * i + 3] = (x[1] >> np.uint32(16)) | (x[3] & np.uint32(0xFFFF0000))
-        for c in range(C):
-            total = float32(0.0)
-            for h in range(2):
-                hz = h if TWO_GROUPS else 0
-                if ZP:
-                    low, high = zero_point_constants(zv[c, u, hz])
-                else:
-                    low, high = NO_ZP_LOW, NO_ZP_HIGH
-                s = _U0
-                for i in range(2 * h, 2 * h + 2):
-                    s = dot8(raw[c, u, i], pairs[4 * i], pairs[4 * i + 1], pairs[4 * i + 2],
-                             pairs[4 * i + 3], low, high, s)
-                if TWO_GROUPS:
-                    total += sv[c, u, h] * half2_sum(s)
-                else:
-                    total += half2_sum(s)
-            if TWO_GROUPS:
-                acc[m, c] += total
-            else:
-                acc[m, c] += sv[c, u, 0] * total
+    def fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc):
+        """Add one step's products to ``acc[m, c]``: each word is unpacked once (exact fp16
+        pairs ``q - zp``) and applied to every activation row."""
+        dq = cuda.local.array((C, 16), np.uint32)
+        part = cuda.local.array(C, float32)
+        for u in range(U):
+            j_raw = j0 + u * L
+            j = min(j_raw, nchunks - 1)
+            for c in range(C):
+                for i in range(4):
+                    z = zv[c, u, i // 2] if TWO_GROUPS else zv[c, u, 0]
+                    for b in range(4):
+                        dq[c, 4 * i + b] = dequant_pair(raw[c, u, i], b, z)
+            for m in range(M):
+                base = m * K + 32 * j
+                for c in range(C):
+                    part[c] = float32(0.0)
+                for h in range(2):
+                    xa = load_act(act, base + 16 * h, 4 * j_raw + 2 * h < nwords)
+                    xb = load_act(act, base + 16 * h + 8, 4 * j_raw + 2 * h + 1 < nwords)
+                    for c in range(C):
+                        if F16:
+                            t = _U0
+                            for e in range(4):
+                                t = half2_fma(dq[c, 8 * h + e], xa[e], t)
+                            for e in range(4):
+                                t = half2_fma(dq[c, 8 * h + 4 + e], xb[e], t)
+                            f = half2_sum(t)
+                        else:
+                            f = float32(0.0)
+                            for e in range(4):
+                                d = dq[c, 8 * h + e]
+                                f += half_low(d) * bf16.low_value(xa[e])
+                                f += half_high(d) * bf16.high_value(xa[e])
+                            for e in range(4):
+                                d = dq[c, 8 * h + 4 + e]
+                                f += half_low(d) * bf16.low_value(xb[e])
+                                f += half_high(d) * bf16.high_value(xb[e])
+                        if TWO_GROUPS:
+                            part[c] += sv[c, u, h] * f
+                        else:
+                            part[c] += f
+                for c in range(C):
+                    acc[m, c] += part[c] if TWO_GROUPS else sv[c, u, 0] * part[c]
 
     @cuda.jit(device=True, inline=True)
-    def fold_bf16(act, m, j_raw, j, nwords, K, raw, sv, zv, u, acc):
-        base = m * K + 32 * j
-        a = cuda.local.array(32, float32)
-        offset = cuda.local.array(2, float32)
-        total_a = cuda.local.array(2, float32)
-        for h in range(2):
-            even = float32(0.0)
-            odd = float32(0.0)
-            for i in range(2 * h, 2 * h + 2):
-                x = load_act(act, base + 8 * i, 4 * j_raw + i < nwords)
-                for e in range(4):
-                    a[8 * i + 2 * e] = bf16.low_value(x[e])
-                    a[8 * i + 2 * e + 1] = bf16.high_value(x[e])
-                    even += a[8 * i + 2 * e]
-                    odd += a[8 * i + 2 * e + 1]
-            offset[h] = float32(bf16.EVEN_OFFSET) * even + float32(bf16.ODD_OFFSET) * odd
-            total_a[h] = even + odd
-        for c in range(C):
-            total = float32(0.0)
-            for h in range(2):
-                hz = h if TWO_GROUPS else 0
-                s = float32(0.0)
-                for i in range(2 * h, 2 * h + 2):
-                    k = 8 * i
-                    s = bf16.dot8(raw[c, u, i], a[k], a[k + 1], a[k + 2], a[k + 3], a[k + 4],
-                                  a[k + 5], a[k + 6], a[k + 7], s)
-                s -= offset[h]
-                if ZP:
-                    s -= float32(zv[c, u, hz]) * total_a[h]
-                else:
-                    s -= float32(8.0) * total_a[h]
-                if TWO_GROUPS:
-                    total += sv[c, u, h] * s
-                else:
-                    total += s
-            if TWO_GROUPS:
-                acc[m, c] += total
-            else:
-                acc[m, c] += sv[c, u, 0] * total
+    def finish(acc, col0, s, N, bias, has_bias, out):
+        """Reduce each column over its lanes; the column's first lane writes M outputs."""
+        for m in range(M):
+            for c in range(C):
+                v = acc[m, c]
+                for r in range(LOG_L):
+                    v += shfl_xor(v, np.uint32(L >> (r + 1)))
+                acc[m, c] = v
+        if s == 0:
+            for c in range(C):
+                n = col0 + c * P
+                if n < N:
+                    b = to_float(bias[n]) if has_bias else float32(0.0)
+                    for m in range(M):
+                        y = acc[m, c] + b
+                        if F16:
+                            out[m * N + n] = y
+                        else:
+                            out[m * N + n] = bf16.to_bf16_bits(y)
+        for m in range(M):
+            for c in range(C):
+                acc[m, c] = float32(0.0)
 
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
+    H = 2 if TWO_GROUPS else 1
 
     @cuda.jit(**bounds)
     def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N):
@@ -289,53 +292,45 @@ def default_kernel(config: DefaultConfig):
         nb = (K + BS - 1) // BS              # quantization groups per column
         nzb = (nb + 1) // 2
         row_bytes = nb * (BS // 2)
+        steps = (nchunks + L * U - 1) // (L * U)
         groups = (N + GROUP_COLS - 1) // GROUP_COLS
         g = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
         stride = cuda.gridDim.x * WARPS
+        # Two register buffers: the next step's loads fly while this step is folded.
         raw = cuda.local.array((C, U, 4), np.uint32)
-        sv = cuda.local.array((C, U, 2), float32)
-        zv = cuda.local.array((C, U, 2), np.uint32)
+        sv = cuda.local.array((C, U, H), float32)
+        zv = cuda.local.array((C, U, H), np.uint32)
+        raw2 = cuda.local.array((C, U, 4), np.uint32)
+        sv2 = cuda.local.array((C, U, H), float32)
+        zv2 = cuda.local.array((C, U, H), np.uint32)
         acc = cuda.local.array((M, C), float32)
+        for m in range(M):
+            for c in range(C):
+                acc[m, c] = float32(0.0)
+        st = 0
+        if g < groups:
+            issue(packed, scales, zero_points, g * GROUP_COLS + p, s, N, nwords, nchunks, nb,
+                  nzb, row_bytes, raw, sv, zv)
         while g < groups:
-            for m in range(M):
-                for c in range(C):
-                    acc[m, c] = float32(0.0)
-            col0 = g * GROUP_COLS + p
-            for j0 in range(s, nchunks, L * U):
-                # Phase 1: every weight load of this step in flight before any is used.
-                for c in range(C):
-                    n = min(col0 + c * P, N - 1)
-                    for u in range(U):
-                        j = min(j0 + u * L, nchunks - 1)
-                        load_group_data(packed, scales, zero_points, n, j, nwords, nb, nzb,
-                                        row_bytes, raw, sv, zv, c, u)
-                # Phase 2: each activation row once per chunk, applied to every column.
+            g2 = g
+            st2 = st + 1
+            if st2 == steps:
+                g2 = g + stride
+                st2 = 0
+            if g2 < groups:
+                issue(packed, scales, zero_points, g2 * GROUP_COLS + p, s + st2 * L * U, N,
+                      nwords, nchunks, nb, nzb, row_bytes, raw2, sv2, zv2)
+            fold(act, s + st * L * U, nwords, nchunks, K, raw, sv, zv, acc)
+            if st == steps - 1:
+                finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out)
+            for c in range(C):
                 for u in range(U):
-                    j_raw = j0 + u * L
-                    j = min(j_raw, nchunks - 1)
-                    for m in range(M):
-                        if F16:
-                            fold_f16(act, m, j_raw, j, nwords, K, raw, sv, zv, u, acc)
-                        else:
-                            fold_bf16(act, m, j_raw, j, nwords, K, raw, sv, zv, u, acc)
-            # Phase 3: reduce over the column's lanes; its first lane writes M outputs.
-            for m in range(M):
-                for c in range(C):
-                    v = acc[m, c]
-                    for r in range(LOG_L):
-                        v += shfl_xor(v, np.uint32(L >> (r + 1)))
-                    acc[m, c] = v
-            if s == 0:
-                for c in range(C):
-                    n = col0 + c * P
-                    if n < N:
-                        b = to_float(bias[n]) if has_bias else float32(0.0)
-                        for m in range(M):
-                            y = acc[m, c] + b
-                            if F16:
-                                out[m * N + n] = y
-                            else:
-                                out[m * N + n] = bf16.to_bf16_bits(y)
-            g += stride
+                    for i in range(4):
+                        raw[c, u, i] = raw2[c, u, i]
+                    for h in range(H):
+                        sv[c, u, h] = sv2[c, u, h]
+                        zv[c, u, h] = zv2[c, u, h]
+            g = g2
+            st = st2
 
     return kernel

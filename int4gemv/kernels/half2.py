@@ -22,7 +22,7 @@ from numba import cuda
 
 from .intrinsics import half2_fma
 
-__all__ = ["pair_activations", "pair_activations_wide", "zero_point_constants", "dot8", "dot16",
+__all__ = ["pair_activations", "pair_activations_wide", "zero_point_constants", "dot16",
            "NO_ZP_LOW", "NO_ZP_HIGH"]
 
 _LOW, _HIGH = np.uint32(0x000F000F), np.uint32(0x00F000F0)
@@ -71,10 +71,7 @@ def pair_activations_wide(a64, word, p, row):
 
 
 @cuda.jit(device=True, inline=True)
-def dot8(w, p0, p1, p2, p3, low, high, acc):
-    """``acc + (a_i * (q_i - zp))`` in half2 over the 8 nibbles of uint32 ``w``: the low half
-    sums elements 0..3, the high half 4..7; ``p0..p3`` are the activation pairs ``(a0, a4),
-    (a1, a5), (a2, a6), (a3, a7)``, ``low, high`` the zero-point constants."""
+def _dot8(w, p0, p1, p2, p3, low, high, acc):
     t = w >> np.uint32(8)
     acc = half2_fma(half2_fma((w & _LOW) | _MAGIC, _ONE2, low), p0, acc)
     acc = half2_fma(half2_fma((w & _HIGH) | _MAGIC, _SIXTEENTH2, high), p1, acc)
@@ -90,5 +87,5 @@ def dot16(word, p, row, low, high):
     constants of :func:`zero_point_constants`."""
     lo = np.uint32(word & np.uint64(0xFFFFFFFF))
     hi = np.uint32(word >> np.uint64(32))
-    acc = dot8(lo, p[row, 0], p[row, 1], p[row, 2], p[row, 3], low, high, _ZERO32)
-    return dot8(hi, p[row, 4], p[row, 5], p[row, 6], p[row, 7], low, high, acc)
+    acc = _dot8(lo, p[row, 0], p[row, 1], p[row, 2], p[row, 3], low, high, _ZERO32)
+    return _dot8(hi, p[row, 4], p[row, 5], p[row, 6], p[row, 7], low, high, acc)
