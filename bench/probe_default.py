@@ -114,7 +114,7 @@ def main(argv=None):
         bias_view = cuda.as_cuda_array(bias) if dtype == "float16" else as16(bias)
         bound = [bind(kernel, (as16(a).reshape(-1), cuda.as_cuda_array(p), scale_view(s),
                                cuda.as_cuda_array(z), bias_view, False, out_view, K, N),
-                      grid, block) for p, s, z in weights]
+                      grid, block, programmatic=config.pdl) for p, s, z in weights]
         bound[0].launch(stream.cuda_stream)
         stream.synchronize()
         y = out.view(M, N).double()
@@ -198,6 +198,7 @@ def main(argv=None):
     for cols, unroll, blocks in ((1, 2, 8), (2, 2, 4), (2, 2, 6), (4, 1, 4), (2, 1, 8), (4, 2, 3),
                                 (4, 2, 2), (8, 1, 2)):
         run_default("lm_head", N, K, cols=cols, unroll=unroll, blocks_per_sm=blocks)
+    run_default("lm_head", N, K, pdl=True)
     for cols, unroll, blocks in ((2, 2, 4), (4, 1, 4), (4, 2, 2)):
         run_default("lm_head", N, K, dtype="bfloat16", cols=cols, unroll=unroll, blocks_per_sm=blocks)
     for M, cols, blocks in ((4, 2, 4), (8, 2, 2), (16, 2, 2), (16, 1, 4), (8, 1, 4)):

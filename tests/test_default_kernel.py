@@ -153,10 +153,11 @@ def test_unaligned_fallbacks(rng):
 def test_persistent_grid_walks_every_group(rng):
     # One block of 1 warp takes every column group in turn.
     a, w, bias = make(rng, 9, 64, 32, True, 1, "bfloat16")
-    config = DefaultConfig("bfloat16", 1, 32, True, cols=1, lanes=2, unroll=1, warps=1,
-                           blocks_per_sm=1)
-    y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
-    check(y, a, w, bias, "bfloat16")
+    for pdl in (False, True):  # the programmatic-launch build has the same arithmetic
+        config = DefaultConfig("bfloat16", 1, 32, True, cols=1, lanes=2, unroll=1, warps=1,
+                               blocks_per_sm=1, pdl=pdl)
+        y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
+        check(y, a, w, bias, "bfloat16")
 
 
 def test_config_validates_itself():

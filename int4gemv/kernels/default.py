@@ -7,21 +7,24 @@ scales (the output in the same dtype). One compiled kernel per :class:`DefaultCo
 Work decomposition. K is cut into 32-element *chunks* (16 bytes of nibbles, 4 uint32 words).
 A warp takes a *column group* of ``P * cols`` columns, ``P = 32 / lanes``: ``lanes`` consecutive
 lanes share a column and lane ``s`` of them takes the column's chunks ``s, s + lanes, ...``
-(``lanes < 32`` when K is short, so several columns run side by side in one warp). Per step a
-lane issues ``cols * unroll`` 16-byte weight loads (plus their scales and zero points) before
-using any, then loads each activation row's 32 elements of each chunk (16-byte loads, L1 hits:
-every warp reads the same activations) once and applies them to all ``cols`` columns: each
-loaded weight word is unpacked once and used for all M rows. A shuffle reduction over the
-``lanes`` lanes of a column finishes; one lane per column writes the M outputs (+ bias). Warps
-are persistent: the grid holds ``blocks_per_sm`` blocks per SM (enforced by launch bounds) and
-warp ``w`` takes column groups ``w, w + warps_in_grid, ...``.
+(``lanes < 32`` when K is short, so several columns run side by side in one warp). A *step* is
+``unroll`` chunks of each of the lane's ``cols`` columns: all its 16-byte weight loads (with their
+scales and zero points) are issued into one register buffer while the previous step, held in the
+other buffer, is folded, so every warp keeps loads in flight while it computes. Folding unpacks
+each loaded word once and applies it to every activation row (M accumulators per column); the
+activations are read with 16-byte loads (L1 hits: every warp reads the same ones). After a
+column group's last step a shuffle reduction over the column's lanes finishes and one lane per
+column writes its M outputs (+ bias). Warps are persistent: the grid holds ``blocks_per_sm``
+blocks per SM (enforced by launch bounds) and warp ``w`` takes column groups ``w, w + warps in
+the grid, ...``.
 
-Arithmetic. fp16: half2 (:mod:`.half2`): a nibble pair becomes ``q - zp`` exactly with one
-``fma.rn.f16x2`` and one more multiplies by an activation pair and accumulates, 8 products per
-half2 lane over 16 elements, then float32 (about 1.6 instructions per element and row).
-bf16: float32 (:mod:`.bf16`): nibbles become exact floats with one LOP3 each (a shift per two),
-one FFMA per element and row, offsets and zero points folded out per group through activation
-sums. Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
+Arithmetic (:mod:`.nibble_pairs`): byte ``b`` of a word becomes the exact fp16 pair
+``(q[2b] - zp, q[2b+1] - zp)`` with one PRMT, one LOP3 and one HFMA2; these pairs line up with
+activations as they lie in memory. fp16: one ``fma.rn.f16x2`` per pair and row, 8 products per
+half accumulated in fp16 over 16 elements, then float32 (about 1.5 + 0.5 M instructions per
+element). bf16: the pairs and the activations are widened to float32 and multiplied with FFMA
+(float32 accumulation). Scales multiply the float32 partial sums once per 16 (bs 16) or 32
+elements.
 
 Tails. A word (8 elements) past K gets zero activations (never loaded), so the padding nibbles
 of a last partial block add exactly 0; chunk indices past the column are clamped to a valid
@@ -37,7 +40,8 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
-from .intrinsics import SIMULATED, half2_fma, half2_sum, shfl_xor
+from .intrinsics import (SIMULATED, allow_next_grid, half2_fma, half2_sum, shfl_xor,
+                         wait_for_previous_grid)
 from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
 from .vector_loads import load8, load16
 
@@ -63,7 +67,10 @@ class DefaultConfig:
     two, <= 32); unroll: chunks per lane per step; warps: warps per block;
     blocks_per_sm: resident blocks per SM (launch bounds; the persistent grid's size);
     act_vector: activations 16-byte aligned (16-byte loads; else 2-byte loads);
-    weight_vector: packed rows 16-byte aligned (16-byte loads; else two 8-byte loads).
+    weight_vector: packed rows 16-byte aligned (16-byte loads; else two 8-byte loads);
+    pdl: compiled for a programmatic dependent launch (sm_90+): the kernel lets the next such
+    launch start at once, issues its first weight loads, and only then waits for the previous
+    grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``.
     """
 
     dtype: str
@@ -77,6 +84,7 @@ class DefaultConfig:
     blocks_per_sm: int = 8
     act_vector: bool = True
     weight_vector: bool = True
+    pdl: bool = False
 
     def __post_init__(self):
         def check(name, ok, accepted):
@@ -88,7 +96,7 @@ class DefaultConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
-        for name in ("zero_points", "act_vector", "weight_vector"):
+        for name in ("zero_points", "act_vector", "weight_vector", "pdl"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"DefaultConfig.{name} must be a bool")
         check("M", 1 <= self.M <= MAX_M, f"in 1..{MAX_M}")
@@ -106,7 +114,8 @@ class DefaultConfig:
 
 
 def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True,
-                  weight_aligned16=True, cols=None, multiprocessors=132) -> DefaultConfig:
+                  weight_aligned16=True, cols=None, multiprocessors=132,
+                  pdl=False) -> DefaultConfig:
     """The default configuration for a problem (``cols`` overrides the column count).
 
     lanes: enough lanes per column for its chunks (K short: several columns per warp);
@@ -129,7 +138,8 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),
                          zero_points=bool(zero_points), cols=cols, lanes=lanes, unroll=unroll,
                          warps=warps, blocks_per_sm=blocks, act_vector=bool(act_aligned16),
-                         weight_vector=bool(weight_aligned16) and row_bytes % 16 == 0)
+                         weight_vector=bool(weight_aligned16) and row_bytes % 16 == 0,
+                         pdl=bool(pdl))
 
 
 def geometry(config: DefaultConfig, N: int, multiprocessors: int):
@@ -154,7 +164,7 @@ def default_kernel(config: DefaultConfig):
     F16 = config.dtype == "float16"
     M, C, L, U = config.M, config.cols, config.lanes, config.unroll
     BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
-    ACT_VEC, W_VEC = config.act_vector, config.weight_vector
+    ACT_VEC, W_VEC, PDL = config.act_vector, config.weight_vector, config.pdl
     P = 32 // L
     LOG_L = L.bit_length() - 1
     GROUP_COLS = P * C
@@ -308,9 +318,13 @@ def default_kernel(config: DefaultConfig):
             for c in range(C):
                 acc[m, c] = float32(0.0)
         st = 0
+        if PDL:
+            allow_next_grid()
         if g < groups:
             issue(packed, scales, zero_points, g * GROUP_COLS + p, s, N, nwords, nchunks, nb,
                   nzb, row_bytes, raw, sv, zv)
+        if PDL:  # the first weights are in flight while the previous grid finishes
+            wait_for_previous_grid()
         while g < groups:
             g2 = g
             st2 = st + 1
