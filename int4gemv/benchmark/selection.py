@@ -12,7 +12,7 @@ writes ``os.environ``.
 
 from __future__ import annotations
 
-__all__ = ["LAUNCH_SUFFIXES", "VARIANTS", "gemv_options", "tuning_fields", "tuning_label"]
+__all__ = ["LAUNCH_SUFFIXES", "VARIANTS", "gemv_options", "selects_tuning_fields", "tuning_fields", "tuning_label"]
 
 VARIANTS = ("default", "single_warp", "auto")
 
@@ -51,6 +51,14 @@ def tuning_fields(tuning) -> dict:
         value = getattr(tuning, name, fields[name])
         fields[name] = bool(value) if name in ("pdl", "prefetch") else value
     return fields
+
+
+def selects_tuning_fields() -> bool:
+    """Whether :func:`gemv_options` can select ``cols``/``unroll``/``activations`` (it can when
+    int4gemv has ``Tuning`` and the ``tuning=`` keyword)."""
+    import int4gemv
+
+    return getattr(int4gemv, "Tuning", None) is not None
 
 
 def gemv_options(tuning, *, launch: bool = True) -> dict:
