@@ -13,7 +13,8 @@ Modules (one concept each; importing any of them touches no GPU):
 * :mod:`~int4gemv.benchmark.timing`      event-timed graph replays, eager calls, copy bandwidth
 * :mod:`~int4gemv.benchmark.weights`     random weights, L2 rotation, byte counts, reference
 * :mod:`~int4gemv.benchmark.gemv_timing` :class:`GemvBench`, :func:`time_gemv`
-* :mod:`~int4gemv.benchmark.comparison`  :func:`compare` and its table / chart
+* :mod:`~int4gemv.benchmark.comparison`  :func:`compare`
+* :mod:`~int4gemv.benchmark.table`       :class:`Comparison`: the printable table and its chart
 * :mod:`~int4gemv.benchmark.peers`       torch tinygemm, torch.mv, dequant+mv, gemlite (``int4gemv[peers]``)
 * :mod:`~int4gemv.benchmark.workloads`   the decode-step workloads installed as package data
 
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 _HOME = {
-    "Comparison": "comparison", "compare": "comparison",
+    "Comparison": "table", "compare": "comparison",
     "GemvBench": "gemv_timing", "GemvTiming": "gemv_timing", "time_gemv": "gemv_timing",
     "PEERS": "peers",
     "Timing": "timing", "EagerTiming": "timing", "copy_bandwidth": "timing",

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .selection import gemv_options, tuning_label
+from .table import Comparison
 from .timing import DEFAULT_REPLAYS, MIN_LAUNCHES, copy_bandwidth, measure_replays, time_eager
 from .weights import REL_ERR_OK, ROTATE_BYTES, reference, relative_error, rotated_copies
 
@@ -283,7 +284,7 @@ def time_gemv(w, M: int = 1, tuning=None, *, peers=(), replays: int = DEFAULT_RE
     (optionally ``"+pdl"``/``"+pdl+l2"``), or an object with ``.variant/.pdl/.prefetch`` such as
     ``int4gemv.Tuning``. Returns a :class:`GemvTiming` (print it, or read ``.us``, ``.gbs``,
     ``.pct_copy``); with ``peers`` (names from :data:`~int4gemv.benchmark.peers.PEERS`), a
-    :class:`~int4gemv.benchmark.comparison.Comparison` (a printable table): int4gemv first, then
+    :class:`~int4gemv.benchmark.table.Comparison` (a printable table): int4gemv first, then
     each peer on the same input. On the simulator nothing is timed and the
     result says so.
 
@@ -296,8 +297,6 @@ def time_gemv(w, M: int = 1, tuning=None, *, peers=(), replays: int = DEFAULT_RE
         result = bench.time(tuning, replays=replays, eager_calls=eager_calls)
         if not peers:
             return result
-        from .comparison import Comparison
-
         rows = [result] + [bench.time_peer(p, replays=replays, eager_calls=eager_calls,
                                            rotate_bytes=rotate_bytes) for p in peers]
         return Comparison(rows, {(w.N, w.K): f"{w.N}x{w.K}"})
