@@ -258,3 +258,24 @@ def test_importing_the_library_loads_no_cuda_driver_and_no_torch():
             "'numba.cuda.cudadrv.driver'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+# -- GPU --------------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_time_gemv_and_compare_time_on_the_gpu():
+    w = random_weight(2048, 2048, rng=6)
+    r = time_gemv(w, tuning="single_warp", replays=20, eager_calls=20)
+    assert r.ok and r.error is None and not r.simulated, r
+    assert r.launches >= 20 and r.copies >= 2 and r.p10_us <= r.us <= r.p90_us
+    assert 0 < r.pct_copy < 150 and r.gbs == pytest.approx(w.nbytes / r.us / 1e3)
+    assert r.eager_us > 0 and "µs" in str(r) and "% of copy" in str(r)
+    table = compare([(1024, 2048)], tunings=["default", "auto+pdl"], peers=["torch.mv", "tinygemm"], replays=20,
+                    eager_calls=20)
+    for row in table.rows:
+        if row.family == "int4gemv":
+            assert row.ok and row.us > 0, row
+        elif row.error is None:                                    # a peer that is installed
+            assert row.us > 0 and (row.rel_err is None or row.rel_err < 1e-2), row
+        else:
+            assert "unavailable" in row.error, row
+    assert table.plot() is not None
