@@ -18,7 +18,7 @@ import pytest
 
 import int4gemv
 from int4gemv.benchmark import compare, random_weight, time_eager, time_gemv
-from int4gemv.benchmark.gemv_timing import GemvBench
+from int4gemv.benchmark.gemv_timing import GemvBench, simulated
 from int4gemv.benchmark.selection import gemv_options, selects_tuning_fields, tuning_fields, tuning_label
 from int4gemv.benchmark.weights import reference, rotation_copies, weight_bytes
 from int4gemv.benchmark.workloads import check_workload, load_workload, workload_names
@@ -147,9 +147,7 @@ def test_the_eager_timer_runs_one_untimed_run_then_takes_medians():
 
 # -- time_gemv and compare (the simulator: checked, not timed) --------------------------------------------------
 def test_time_gemv_checks_the_kernel_and_says_it_timed_nothing():
-    from conftest import SIMULATED
-
-    if not SIMULATED:
+    if not simulated():
         pytest.skip("checks the simulator's behaviour (on a GPU: tests/test_gpu.py and bench)")
     w = random_weight(8, 64, rng=4)
     r = time_gemv(w, tuning="single_warp")
@@ -173,9 +171,7 @@ def test_the_check_sees_an_output_the_kernel_did_not_write():
 
 
 def test_compare_lists_every_tuning_and_peer_and_prints_a_table():
-    from conftest import SIMULATED
-
-    if not SIMULATED:
+    if not simulated():
         pytest.skip("checks the simulator's behaviour")
     table = compare([(8, 32), "16x32"], tunings=["default", "single_warp"], peers=["tinygemm"])
     assert [(r.N, r.method) for r in table.rows] == [(8, "default"), (8, "single_warp"), (8, "tinygemm"),
