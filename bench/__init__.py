@@ -1,25 +1,26 @@
-"""Benchmarks for int4gemv: ``python -m bench`` and helpers for the notebooks.
+"""Benchmark suites and the ``python -m bench`` command, run from a checkout.
 
-Importing this package touches no GPU and imports neither torch nor Numba's CUDA driver.
+The timing library they use ships with the package: :mod:`int4gemv.benchmark` (graph-replay and
+eager timers, L2 rotation, copy bandwidth, peers, workloads, ``time_gemv`` and ``compare``). This
+folder holds what a checkout adds on top of it; importing it touches no GPU and imports neither
+torch nor Numba's CUDA driver.
 
 Modules (one concept each):
 
-* :mod:`bench.workloads`      shapes of a decode step (the committed workload JSON), merged groups
-* :mod:`bench.device_weights` random INT4 weights generated on the device, torch views, reference
+* :mod:`bench.methods`        the int4gemv configurations a run measures (tunings as data)
+* :mod:`bench.kernels`        suite: every method and peer on each shape of the workload
 * :mod:`bench.merge`          concatenating QuantizedWeights along N (merged projections)
-* :mod:`bench.methods`        the int4gemv variants and tunings a run measures; env controls
-* :mod:`bench.peers`          peers measured in the same process (torch.mv, tinygemm, ...)
-* :mod:`bench.timing`         CUDA-event timing of graph replays, eager latency, copy bandwidth
 * :mod:`bench.owned_graph`    int4gemv launches captured into lifecycle's owned graphs
-* :mod:`bench.decode_step`    a whole decode step as one owned graph, separate and merged
-* :mod:`bench.kernels_run`    the per-shape measurements on a GPU
+* :mod:`bench.decode_step`    suite: a whole decode step as one owned graph, separate and merged
 * :mod:`bench.gpu_run`        the whole command on a GPU (copy bandwidth, shapes, decode step)
 * :mod:`bench.simulated`      the same command on Numba's simulator (tiny, timing nothing)
-* :mod:`bench.report`         terminal table, JSON and PNG files
-* :mod:`bench.results_io`     loading and plotting results (for notebooks)
-* :mod:`bench.autotune`       the ``int4gemv/autotune_table.json`` writer
+* :mod:`bench.autotune`       suite output: the ``int4gemv/autotune_table.json`` writer
+* :mod:`bench.eager_latency`  suite: eager per-call cost against the driver's launch floor (GPU)
+* :mod:`bench.probe_kernels`  suite: per-tuning timings, registers and SASS mix (GPU)
+* :mod:`bench.gpu_lifecycle_check` suite: lifecycle's tests on the real driver, then timings (GPU)
+* :mod:`bench.report`         reporting: terminal table and summary, JSON / text / PNG files
+* :mod:`bench.chart`          reporting: the PNG chart of a results document
+* :mod:`bench.results_io`     reporting: loading and describing committed results (notebooks)
 * :mod:`bench.environment`    device, driver, versions, git commit, date, command
 * :mod:`bench.progress`       a progress bar (tqdm when installed)
-* :mod:`bench.probe_kernels`  per-tuning kernel probe: timings, registers, SASS mix (GPU)
-* :mod:`bench.eager_latency`  eager per-call cost against the driver's launch floor (GPU)
 """

@@ -39,7 +39,8 @@ def parse_args(argv=None):
     p.add_argument("--replays", type=int, help="timed graph replays per kernel (default 30, --quick 20; >= 20)")
     p.add_argument("--rotate-mb", type=int, default=256, help="weights rotated per kernel, MB (>= 256)")
     p.add_argument("--no-decode-step", action="store_true", help="skip the whole-decode-step graphs")
-    p.add_argument("--workload", type=Path, help="workload JSON (default bench/workloads/qwen3_vl_2b_decode.json)")
+    p.add_argument("--workload", help="an installed workload name or a workload JSON path "
+                                       "(default qwen3_vl_2b_decode, int4gemv/workloads/)")
     p.add_argument("--simulate", action="store_true", help="use Numba's CUDA simulator even with a GPU")
     args = p.parse_args(argv)
     if args.from_results and not args.write_autotune:
@@ -94,7 +95,7 @@ def _problems(doc) -> list:
         if r["family"] == "int4gemv" and r.get("ok") is False:
             why = r.get("error") or f"rel err {r.get('rel_err')}, all written {r.get('all_written')}"
             problems.append(f"{r['shape']} {r['method']}: {why}")
-    from .kernels_run import REL_ERR_OK
+    from int4gemv.benchmark.weights import REL_ERR_OK
 
     step = doc.get("decode_step") or {}
     if step.get("error"):
@@ -115,16 +116,21 @@ def main(argv=None) -> int:
     _use_simulator_if_needed(args.simulate)
     from numba import config
 
+    from int4gemv.benchmark.peers import PEERS, available_peers
+    from int4gemv.benchmark.workloads import DEFAULT_WORKLOAD, bench_shapes, load_workload, select_shapes
+
     from .environment import describe_run
-    from .methods import parse_tunings
-    from .peers import PEERS, available_peers
+    from .methods import QUICK_TUNINGS, parse_tunings
     from .report import file_stem, format_summary, format_table, write_files
     from .results_io import RESULTS_DIR
-    from .workloads import DEFAULT_WORKLOAD, load_workload
 
     simulated = bool(config.ENABLE_CUDASIM)
     workload_path = args.workload or DEFAULT_WORKLOAD
-    workload = load_workload(workload_path)
+    try:
+        workload = load_workload(workload_path)
+    except ValueError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
     peer_names = None if args.peers in (None, "all") else ([] if args.peers == "none" else args.peers.split(","))
     try:
         chosen = {n: PEERS[n] for n in (peer_names if peer_names is not None else PEERS)}
@@ -139,12 +145,10 @@ def main(argv=None) -> int:
 
         doc.update(run_simulated(args, chosen))
     else:
-        from .gpu_run import QUICK_TUNINGS, run_gpu
+        from .gpu_run import run_gpu
 
         try:
             tunings = parse_tunings(args.tunings) if (args.tunings or not args.quick) else QUICK_TUNINGS
-            from .workloads import bench_shapes, select_shapes
-
             select_shapes(bench_shapes(workload), args.shapes)  # reject unknown names before any work
         except ValueError as exc:
             print(f"bench: {exc}", file=sys.stderr)

@@ -12,27 +12,28 @@ The merged layout runs q/k/v as one ``N = 4096`` weight and gate/up as one ``N =
 113 in all. Both layouts are checked: outputs of a replay after a new input was written into the
 pinned buffer against a float64 reference, and merged outputs against the separate ones.
 
-On the simulator the same code runs a tiny workload (:data:`bench.workloads.SIM_WORKLOAD`) on
-:class:`lifecycle.SimDriver` and times nothing.
+Weights are random (:func:`int4gemv.benchmark.weights.random_weight`) and checked against the
+float64 reference on the host. On the simulator the same code runs a tiny workload
+(:data:`int4gemv.benchmark.workloads.SIM_WORKLOAD`) on :class:`lifecycle.SimDriver` and times nothing.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 
-from .device_weights import relative_error
-from .owned_graph import GemvGraphs, split_variant
-from .workloads import step_bytes, step_projections
+from int4gemv.benchmark.selection import gemv_options
+from int4gemv.benchmark.timing import measure_replays, time_eager
+from int4gemv.benchmark.weights import random_weight, reference, relative_error
+from int4gemv.benchmark.workloads import step_bytes, step_projections
+
+from .merge import concat_weights
+from .owned_graph import GemvGraphs
 
 __all__ = ["DEFAULT_VARIANTS", "run_decode_step"]
 
 #: ``+pdl``: the same launches as programmatic dependent launches (``gemv(..., pdl=True)``);
 #: ``+pdl+l2``: those with each kernel's weights prefetched into L2 (``prefetch=True``).
 DEFAULT_VARIANTS = ("default", "single_warp", "auto", "auto+pdl", "auto+pdl+l2")
-_EAGER_RUNS = 5
 
 
 class _Step:
@@ -45,38 +46,20 @@ class _Step:
                         "merged": step_projections(workload, merged=True)}
         rng = np.random.default_rng(seed)
         self.weights = {}
-        self._make_weights(rng, seed)
+        self._make_weights(rng)
         dims = {x.input: x.K for x in self.layouts["separate"]}
         self.host_inputs = {name: (rng.standard_normal(k) * 0.5).astype(np.float16) for name, k in dims.items()}
         self.inputs = {name: graphs.upload(x) for name, x in self.host_inputs.items()}
         self.outputs = {layout: [graphs.empty(x.N) for x in launches] for layout, launches in self.layouts.items()}
 
-    def _make_weights(self, rng, seed):
-        from .merge import concat_device_weights, concat_weights
-
-        if self.graphs.simulated:
-            import int4gemv
-
-            def make(N, K):
-                return int4gemv.quantize((rng.standard_normal((N, K)) * 0.05).astype(np.float32), self.block_size)
-            merge = concat_weights
-        else:
-            import torch
-
-            from .device_weights import random_device_weight
-
-            generator = torch.Generator(device="cuda").manual_seed(seed)
-
-            def make(N, K):
-                return random_device_weight(N, K, self.block_size, generator=generator)
-            merge = concat_device_weights
+    def _make_weights(self, rng):
         for i, x in enumerate(self.layouts["separate"]):
-            self.weights[("separate", i)] = make(x.N, x.K)
+            self.weights[("separate", i)] = random_weight(x.N, x.K, self.block_size, rng=rng)
         index = {(x.layer, x.name): i for i, x in enumerate(self.layouts["separate"])}
         for i, x in enumerate(self.layouts["merged"]):
             if x.parts:
                 parts = [self.weights[("separate", index[(x.layer, p)])] for p in x.parts]
-                self.weights[("merged", i)] = merge(parts)
+                self.weights[("merged", i)] = concat_weights(parts)
             else:
                 self.weights[("merged", i)] = self.weights[("separate", index[(x.layer, x.name)])]
 
@@ -97,40 +80,30 @@ class _Step:
 class _References:
     """Float64 references, computed once per (weight, input) pair."""
 
-    def __init__(self, simulated):
-        self.simulated, self._cache = simulated, {}
+    def __init__(self):
+        self._cache = {}
 
     def __call__(self, w, x):
         key = (id(w), id(x))
         if key not in self._cache:
-            if self.simulated:
-                import int4gemv
-
-                self._cache[key] = int4gemv.reference_gemv(x, w)
-            else:
-                from .device_weights import torch_reference
-
-                self._cache[key] = torch_reference(w, x)
+            self._cache[key] = reference(x, w)[0]
         return self._cache[key]
 
 
 def _eager_us(graphs, launches, staged):
     """Median wall time of the same step issued eagerly from Python, waited for."""
+    import int4gemv
     from numba import cuda
 
-    import int4gemv
-
     stream = cuda.external_stream(graphs.stream)
-    runs = []
-    for _ in range(_EAGER_RUNS + 1):
-        t0 = time.perf_counter()
+    calls = [(a, w, out, gemv_options(variant)) for a, w, out, variant in launches]
+
+    def step():
         staged[0].copy_to_device(staged[1], stream=stream)
-        for a, w, out, variant in launches:
-            variant, options = split_variant(variant)
-            int4gemv.gemv(a, w, out=out, stream=graphs.stream, variant=variant, **options)
-        stream.synchronize()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs[1:]) * 1e6
+        for a, w, out, options in calls:
+            int4gemv.gemv(a, w, out=out, stream=graphs.stream, **options)
+
+    return time_eager(step, stream.synchronize, calls=1, runs=5).complete_us
 
 
 def _counters(c):
@@ -144,12 +117,10 @@ def run_decode_step(workload, *, variants=DEFAULT_VARIANTS, copy_bw=None, replay
     ``copy_bw`` (bytes/s) sets the byte floor; ``on_config(label)`` is called before each
     configuration (progress). Timing is skipped on the simulator.
     """
-    from .timing import time_replays
-
     report = {"workload": workload.get("name", "?"), "configs": []}
     with GemvGraphs(simulated=simulated) as graphs:
         step = _Step(workload, graphs, seed=seed)
-        refs = _References(graphs.simulated)
+        refs = _References()
         nbytes = step_bytes(step.layouts["separate"], step.block_size)
         report.update(
             owner=graphs.backend, bytes=nbytes, timed=not graphs.simulated,
@@ -185,7 +156,7 @@ def run_decode_step(workload, *, variants=DEFAULT_VARIANTS, copy_bw=None, replay
                 else:
                     config["max_abs_diff_vs_separate"] = _merged_vs_separate(step, outs, separate_out[variant])
                 if not graphs.simulated:
-                    t = time_replays(graphs, graph_id, replays=replays)
+                    t = measure_replays(lambda: graphs.replay(graph_id), graphs.stream, replays=replays)
                     timing = t.as_dict()
                     del timing["launches"]  # one replay is the whole step; keep the step's launch count
                     config.update(timing)
@@ -225,7 +196,7 @@ def _kernels_used(step, variants) -> dict:
                 key = f"{x.N}x{x.K}"
                 if key not in plans:
                     a = np.zeros(x.K, np.float16)
-                    p = int4gemv.explain(a, step.weights[(layout, i)], variant=split_variant(variant)[0])
+                    p = int4gemv.explain(a, step.weights[(layout, i)], **gemv_options(variant, launch=False))
                     plans[key] = p.kernel if p.cols is None else f"{p.kernel} {p.cols}x{p.unroll}"
         used[variant] = plans
     return used

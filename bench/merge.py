@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["concat_device_weights", "concat_weights"]
+__all__ = ["concat_weights"]
 
 
 def _check(parts):
@@ -47,29 +47,3 @@ def concat_weights(parts):
     if any(p.zero_points is not None for p in parts):
         zp = np.concatenate([_zero_points(p) for p in parts], axis=0)
     return int4gemv.QuantizedWeight(packed, scales, zp, K=K, N=int(packed.shape[0]), block_size=bs)
-
-
-def concat_device_weights(parts):
-    """The merged weight made by device-to-device copies of the parts' device arrays.
-
-    For weights that exist only on the device (see :mod:`bench.device_weights`): the result's
-    host arrays are placeholders, its device ``words`` and ``scales`` rows are the parts' rows in
-    order. Symmetric parts only. Returns a synchronized weight.
-    """
-    from numba import cuda
-
-    from .device_weights import device_only_weight
-
-    parts, K, bs = _check(parts)
-    if any(p.zero_points is not None for p in parts):
-        raise ValueError("concat_device_weights supports symmetric weights only; use concat_weights")
-    merged = device_only_weight(sum(p.N for p in parts), K, bs)
-    dst = merged.device_arrays()
-    row = 0
-    for p in parts:
-        src = p.device_arrays()
-        for key in ("words", "scales"):
-            dst[key][row:row + p.N].copy_to_device(src[key])
-        row += p.N
-    cuda.synchronize()
-    return merged

@@ -1,54 +1,31 @@
-"""The int4gemv variants a run measures, and the environment controls that select them.
+"""The int4gemv configurations a run measures.
 
-Each :class:`Method` is one way to call :func:`int4gemv.gemv`: a ``variant=`` argument plus,
-for tuned single-warp variants, ``INT4GEMV_SINGLE_WARP_COLS``/``_UNROLL`` (read at call time).
-:func:`int4gemv_env` sets and restores those variables; benchmarks and notebooks use it.
+Each :class:`Method` is a tuning in the sense of :mod:`int4gemv.benchmark.selection` (an object
+with ``variant``, ``cols``, ``unroll``, ``pdl``, ``prefetch``) plus a table label; the library's
+one adapter turns it into ``int4gemv.gemv`` keywords. Nothing here touches ``os.environ``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 from dataclasses import dataclass
 
-__all__ = ["Method", "int4gemv_env", "int4gemv_methods", "parse_tunings"]
+__all__ = ["QUICK_TUNINGS", "Method", "int4gemv_methods", "parse_tunings"]
 
-
-@contextlib.contextmanager
-def int4gemv_env(single_warp=None, cols=None, unroll=None):
-    """Set ``INT4GEMV_SINGLE_WARP`` / ``_COLS`` / ``_UNROLL`` for the block (``None``: unset);
-    the previous values are restored on exit."""
-    from int4gemv.controls import COLS, LEGACY, PRIMARY, UNROLL
-
-    wanted = {PRIMARY: single_warp, LEGACY: None, COLS: cols, UNROLL: unroll}
-    saved = {name: os.environ.get(name) for name in wanted}
-    try:
-        for name, value in wanted.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = str(value)
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+#: Tunings measured by ``--quick`` (besides the default tuning, always measured).
+QUICK_TUNINGS = [(2, 4), (4, 4), (8, 2), (16, 1), (16, 2)]
 
 
 @dataclass(frozen=True)
 class Method:
-    """One int4gemv configuration: ``name`` (a table label), ``variant`` and an optional tuning."""
+    """One int4gemv configuration: ``name`` (a table label), ``variant`` and an optional
+    single-warp tuning (``cols``, ``unroll``) and launch options."""
 
     name: str
     variant: str
     cols: int | None = None
     unroll: int | None = None
-
-    def env(self):
-        """The environment this method runs under (a context manager)."""
-        return int4gemv_env(cols=self.cols, unroll=self.unroll)
+    pdl: bool = False
+    prefetch: bool = False
 
 
 def parse_tunings(spec):
@@ -77,8 +54,16 @@ def parse_tunings(spec):
 
 def int4gemv_methods(tunings, *, auto: bool = True) -> list:
     """``default``, ``single_warp`` (its default tuning), ``sw CxU`` for each other tuning in
-    ``tunings`` and, with ``auto``, ``auto`` (the committed autotune table's choice)."""
+    ``tunings`` and, with ``auto``, ``auto`` (the committed autotune table's choice).
+
+    The ``sw CxU`` methods need ``int4gemv.Tuning`` (see
+    :func:`int4gemv.benchmark.selection.selects_tuning_fields`); without it they are left out.
+    """
+    from int4gemv.benchmark.selection import selects_tuning_fields
     from int4gemv.kernels.single_warp import DEFAULT_TUNING
+
+    if not selects_tuning_fields():
+        tunings = []
 
     methods = [Method("default", "default"), Method("single_warp", "single_warp")]
     methods += [Method(f"sw {c}x{u}", "single_warp", c, u) for c, u in tunings if (c, u) != tuple(DEFAULT_TUNING)]

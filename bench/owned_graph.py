@@ -18,28 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GemvGraphs", "split_variant", "LAUNCH_SUFFIXES"]
+from int4gemv.benchmark.gemv_timing import simulated as on_simulator
+from int4gemv.benchmark.selection import gemv_options
 
-
-def _simulated() -> bool:
-    from numba import config
-
-    return bool(config.ENABLE_CUDASIM)
-
-
-#: Suffixes of a bench variant name and the ``int4gemv.gemv`` launch options they stand for.
-LAUNCH_SUFFIXES = {"+pdl": {"pdl": True}, "+pdl+l2": {"pdl": True, "prefetch": True}}
-
-
-def split_variant(name):
-    """``"auto+pdl+l2"`` → ``("auto", {"pdl": True, "prefetch": True})``: a bench variant is an
-    int4gemv ``variant`` plus the ``gemv`` launch options of its suffix (:data:`LAUNCH_SUFFIXES`:
-    ``+pdl`` programmatic dependent launches, ``+pdl+l2`` those with the L2 weight prefetch)."""
-    if name is not None:
-        for suffix in sorted(LAUNCH_SUFFIXES, key=len, reverse=True):
-            if name.endswith(suffix):
-                return name[:-len(suffix)], dict(LAUNCH_SUFFIXES[suffix])
-    return name, {}
+__all__ = ["GemvGraphs"]
 
 
 class GemvGraphs:
@@ -54,7 +36,7 @@ class GemvGraphs:
     def __init__(self, *, simulated: bool | None = None, device: int = 0, timeout: float = 300.0):
         import lifecycle
 
-        self.simulated = _simulated() if simulated is None else bool(simulated)
+        self.simulated = on_simulator() if simulated is None else bool(simulated)
         self._sim = None
         if self.simulated:
             self._sim = lifecycle.SimDriver(timeout=timeout)
@@ -105,14 +87,14 @@ class GemvGraphs:
     # -- launches and graphs ------------------------------------------------------------------------
     def gemv(self, capture, a, w, out, *, variant=None) -> None:
         """Enqueue ``out = a · wᵀ`` on ``capture.stream`` (captured, or eager when graphs are off).
-        ``variant`` may end in a launch suffix (see :func:`split_variant`)."""
-        variant, options = split_variant(variant)
+        ``variant``: a tuning for :func:`int4gemv.benchmark.selection.gemv_options` (e.g.
+        ``"auto+pdl"``); on the simulator its launch options (pdl, prefetch) are dropped."""
         if not self.simulated:
             import int4gemv
 
-            int4gemv.gemv(a, w, out=out, stream=capture.stream, variant=variant, **options)
+            int4gemv.gemv(a, w, out=out, stream=capture.stream, **gemv_options(variant))
             return
-        self._sim.launch_kernel(capture.stream, _SimulatedGemv(w, variant), a, out)
+        self._sim.launch_kernel(capture.stream, _SimulatedGemv(w, gemv_options(variant, launch=False)), a, out)
 
     def record_step(self, graph_id: int, launches, *, staged=None) -> None:
         """Capture one step as graph ``graph_id``: the staged copy, then every launch in order.
@@ -178,12 +160,12 @@ class GemvGraphs:
 class _SimulatedGemv:
     """The body of a simulated kernel: ``int4gemv.gemv`` on the host views of the arrays."""
 
-    __slots__ = ("variant", "w")
+    __slots__ = ("options", "w")
 
-    def __init__(self, w, variant):
-        self.w, self.variant = w, variant
+    def __init__(self, w, options):
+        self.w, self.options = w, options
 
     def __call__(self, a, out):
         import int4gemv
 
-        int4gemv.gemv(a, self.w, out=out, variant=self.variant)
+        int4gemv.gemv(a, self.w, out=out, **self.options)

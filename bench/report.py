@@ -3,7 +3,7 @@
 A run is one dict (the "results document", see :func:`bench.results_io.load`): ``rows`` (one per
 shape and method), ``decode_step``, ``copy_bandwidth_gbs``, ``peers`` and the run's metadata.
 :func:`write_files` writes ``<device>-<date>.json``, the same name ``.png`` (the chart of
-:func:`bench.results_io.plot`) and ``.txt`` (the table) into the output folder.
+:func:`bench.chart.plot`) and ``.txt`` (the table) into the output folder.
 """
 
 from __future__ import annotations
@@ -133,12 +133,12 @@ def write_files(doc, out_dir) -> dict:
     paths["txt"].write_text(format_table(doc) + "\n\n" + format_summary(doc) + "\n")
     if doc.get("timed"):
         try:
-            from .results_io import plot
+            from .chart import plot
 
             fig = plot(doc)
         except ImportError as exc:
             doc.setdefault("notes", []).append(f"no chart: {exc} (pip install matplotlib; then "
-                                               f"bench.results_io.plot(bench.results_io.load(PATH)))")
+                                               f"bench.chart.plot(bench.results_io.load(PATH)))")
         else:
             paths["png"] = out / f"{stem}.png"
             fig.savefig(paths["png"], dpi=120, bbox_inches="tight")

@@ -5,8 +5,9 @@
   the results loader/plotter on a synthetic timed document; workloads, merging, controls.
 * ``@pytest.mark.gpu``: pytest-benchmark suites over the workload's shapes — the default tiling,
   the single-warp specialization, tuned variants (``BENCH_TUNINGS``, default a few; ``all`` for
-  every compiled one) and each available peer. One benchmark round is one replay of a CUDA graph
-  of ``launches`` launches over rotated weights; ``extra_info`` holds the event-timed per-launch µs.
+  every compiled one) and each available peer, timed by the same library as ``python -m bench``
+  (:class:`int4gemv.benchmark.GemvBench`). One benchmark round is one timed measurement (a median
+  of graph replays over rotated weights); ``extra_info`` holds µs per launch, GB/s and % of copy.
 """
 
 import json
@@ -19,17 +20,18 @@ import numpy as np
 import pytest
 
 import int4gemv
-from bench import autotune, report, results_io
-from bench.kernels_run import add_speedups
+from bench import autotune, chart, report, results_io
+from bench.kernels import add_speedups
 from bench.merge import concat_weights
-from bench.methods import int4gemv_env, int4gemv_methods, parse_tunings
-from bench.workloads import (
+from bench.methods import int4gemv_methods, parse_tunings
+from int4gemv.benchmark.selection import selects_tuning_fields
+from int4gemv.benchmark.weights import weight_bytes
+from int4gemv.benchmark.workloads import (
     bench_shapes,
     load_workload,
     select_shapes,
     step_bytes,
     step_projections,
-    weight_bytes,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,18 +134,26 @@ def test_tunings_parse_and_methods_skip_the_default_tuning():
     assert parse_tunings("4x2,8x1") == [(4, 2), (8, 1)]
     with pytest.raises(ValueError, match="not compiled"):
         parse_tunings("8x8")
-    names = [m.name for m in int4gemv_methods(TUNINGS)]
+    methods = int4gemv_methods(TUNINGS)
+    names = [m.name for m in methods]
     assert names[:2] == ["default", "single_warp"] and names[-1] == "auto"
-    assert f"sw {DEFAULT_TUNING[0]}x{DEFAULT_TUNING[1]}" not in names and len(names) == len(TUNINGS) + 2
+    tuned = len(TUNINGS) - 1 if selects_tuning_fields() else 0   # sw CxU need int4gemv.Tuning
+    assert f"sw {DEFAULT_TUNING[0]}x{DEFAULT_TUNING[1]}" not in names and len(names) == 3 + tuned
+    assert all((m.variant, m.pdl, m.prefetch) == ("single_warp", False, False) for m in methods[1:-1])
 
 
-def test_int4gemv_env_sets_and_restores_the_controls(monkeypatch):
-    monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", "2")
-    with int4gemv_env(single_warp="1", cols=4, unroll=2):
-        assert int4gemv.read_controls().mode == "on"
-        assert (int4gemv.read_controls().cols, int4gemv.read_controls().unroll) == (4, 2)
-    assert os.environ["INT4GEMV_SINGLE_WARP_COLS"] == "2"
-    assert "INT4GEMV_SINGLE_WARP" not in os.environ and "INT4GEMV_SINGLE_WARP_UNROLL" not in os.environ
+def test_the_benchmark_never_writes_the_environment():
+    """No module of bench/ or int4gemv/benchmark/ assigns to os.environ (kernels are selected by
+    arguments); the command-line entry points may only choose the simulator before Numba loads."""
+    allowed = {"bench/__main__.py": 'os.environ["NUMBA_ENABLE_CUDASIM"]'}
+    for path in sorted(list((ROOT / "bench").glob("*.py")) + list((ROOT / "int4gemv" / "benchmark").glob("*.py"))):
+        rel = path.relative_to(ROOT).as_posix()
+        for line in path.read_text().splitlines():
+            writes = ("os.environ[" in line and "=" in line.split("os.environ[", 1)[1].split("]", 1)[1][:3]) \
+                or "os.environ.update" in line or "os.environ.pop" in line or "os.environ.setdefault" in line \
+                or "putenv" in line
+            if writes:
+                assert allowed.get(rel, "\0") in line, f"{rel} writes the environment: {line.strip()}"
 
 
 # -- the command on the simulator ----------------------------------------------------------------------------
@@ -159,8 +169,10 @@ def test_the_command_runs_on_the_simulator_and_says_it_timed_nothing(tmp_path):
     doc = json.loads(json_path.read_text())
     assert doc["timed"] is False and doc["ok"] is True and doc["device"]["simulated"] is True
     assert {"versions", "git", "date", "command"} <= set(doc)
-    assert [r["method"] for r in doc["rows"]] == ["default", "single_warp", "sw 8x1"]
-    assert all(r["ok"] and "us" not in r for r in doc["rows"])
+    assert [r["method"] for r in doc["rows"]] == ["default", "single_warp"] + (
+        ["sw 8x1"] if selects_tuning_fields() else [])
+    assert all(r["ok"] and r["us"] is None and r["simulated"] for r in doc["rows"])
+    assert all("resident" not in r for r in doc["rows"])
     step = doc["decode_step"]
     assert [(c["layout"], c["launches"]) for c in step["configs"]] == [("separate", 8), ("merged", 5)]
     assert all(c["max_rel_err"] < 1e-2 and "us" not in c for c in step["configs"])
@@ -240,7 +252,7 @@ def test_the_report_writes_json_table_and_chart_and_the_loader_finds_the_newest(
     table = report.format_table(new)
     assert "x tinygemm" in table and "x torch.mv" in table and "gemlite" not in table.splitlines()[0]
     assert "gemlite (gemlite is not installed)" in report.format_summary(new)
-    assert results_io.plot(latest) is not None
+    assert chart.plot(latest) is not None
 
 
 def test_the_decode_step_lines_count_the_step_launches_not_the_replays():
@@ -259,14 +271,14 @@ def test_committed_results_load_describe_and_plot():
     for path in paths:
         doc = results_io.load(path)
         assert doc["device"]["name"] in results_io.describe(doc)
-        assert (results_io.plot(doc) is not None) == bool(doc.get("timed"))
+        assert (chart.plot(doc) is not None) == bool(doc.get("timed"))
 
 
 def test_with_no_results_the_loader_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path))
     assert results_io.load_latest() is None
     assert "No benchmark results are committed yet" in results_io.describe(None)
-    assert results_io.plot(None) is None
+    assert chart.plot(None) is None
 
 
 def test_the_progress_line_without_tqdm(monkeypatch, capsys):
@@ -297,8 +309,9 @@ def test_host_side_planning_cost(benchmark):
 
 # -- GPU: pytest-benchmark suites over the workload ------------------------------------------------------------
 def _suite_methods():
-    from bench.gpu_run import QUICK_TUNINGS
-    from bench.peers import PEERS
+    from int4gemv.benchmark.peers import PEERS
+
+    from bench.methods import QUICK_TUNINGS
 
     spec = os.environ.get("BENCH_TUNINGS")
     tunings = parse_tunings(spec) if spec else QUICK_TUNINGS
@@ -310,27 +323,23 @@ _CASES = [(s, m) for s in bench_shapes(WORKLOAD) for m in list(_METHODS) + list(
 
 
 class _GpuSession:
-    """Copy bandwidth once; one shape's rotated weights at a time."""
+    """One shape's library bench (rotated weights, input, reference) at a time."""
 
     def __init__(self):
-        from bench.timing import copy_bandwidth
+        self.bench = self.shape = None
 
-        self.copy_bw = copy_bandwidth()
-        self.setup = None
+    def bench_for(self, shape):
+        from int4gemv.benchmark import GemvBench, random_weight
 
-    def setup_for(self, shape):
-        from bench.device_weights import ROTATE_BYTES
-        from bench.kernels_run import ShapeSetup
-
-        if self.setup is None or self.setup.shape != shape:
+        if self.shape != shape:
             self.close()
-            self.setup = ShapeSetup(shape, rotate_bytes=ROTATE_BYTES)
-        return self.setup
+            self.bench, self.shape = GemvBench(random_weight(shape.N, shape.K)), shape
+        return self.bench
 
     def close(self):
-        if self.setup is not None:
-            self.setup.close()
-            self.setup = None
+        if self.bench is not None:
+            self.bench.close()
+            self.bench = self.shape = None
 
 
 @pytest.fixture(scope="module")
@@ -343,48 +352,27 @@ def gpu_session():
 @pytest.mark.gpu
 @pytest.mark.parametrize(("shape", "method"), _CASES, ids=[f"{s.label}-{m.replace(' ', '')}" for s, m in _CASES])
 def test_benchmark_gemv(benchmark, gpu_session, shape, method):
-    from bench.device_weights import ROTATE_BYTES
-    from bench.kernels_run import REL_ERR_OK
-    from bench.timing import MIN_LAUNCHES, GraphTimer
-
-    setup = gpu_session.setup_for(shape)
-    if method in _METHODS:
-        m = _METHODS[method]
-        with m.env():
-            issue = setup.issue_for(m)
-            rel_err, written = setup.check(issue)
-            timer = GraphTimer(issue, max(len(setup.weights), MIN_LAUNCHES), setup.stream)
-        nbytes, keep = setup.nbytes, None
-        assert written and rel_err <= REL_ERR_OK
-    else:
+    bench = gpu_session.bench_for(shape)
+    if method in _PEERS:
         ok, why = _PEERS[method].available()
         if not ok:
             pytest.skip(f"{method}: {why}")
-        keep = _PEERS[method].prepare(shape.N, shape.K, shared=setup.weights, x=setup.x, ref=setup.ref,
-                                      rotate_bytes=ROTATE_BYTES)
-        rel_err = keep.check() if keep.check else None
-        timer = GraphTimer(keep.issue, max(keep.copies, MIN_LAUNCHES), setup.stream)
-        nbytes = keep.nbytes
-    t = timer.measure(replays=20)
-    benchmark.extra_info.update(N=shape.N, K=shape.K, launches_per_round=timer.launches, us_per_launch=t.us,
-                                gbs=nbytes / t.us / 1e3, pct_copy=100 * nbytes / (t.us * 1e-6) / gpu_session.copy_bw,
-                                rel_err=rel_err)
-    benchmark.pedantic(timer.replay_and_wait, rounds=20, warmup_rounds=2, iterations=1)
-    timer.close()
-    if keep is not None:
-        keep.keep.clear()
 
+    def measure():
+        if method in _METHODS:
+            return bench.time(_METHODS[method], replays=20, eager_calls=10)
+        return bench.time_peer(method, replays=20, eager_calls=10)
 
-def test_split_variant():
-    from bench.owned_graph import split_variant
-    assert split_variant("auto+pdl") == ("auto", {"pdl": True})
-    assert split_variant("auto+pdl+l2") == ("auto", {"pdl": True, "prefetch": True})
-    assert split_variant("single_warp") == ("single_warp", {})
-    assert split_variant(None) == (None, {})
+    t = benchmark.pedantic(measure, rounds=3, warmup_rounds=0, iterations=1)
+    assert t.error is None, t.error
+    assert t.ok is not False, f"{method} on {shape.label}: rel err {t.rel_err}"
+    benchmark.extra_info.update(N=shape.N, K=shape.K, launches_per_replay=t.launches, us_per_launch=t.us,
+                                gbs=t.gbs, pct_copy=t.pct_copy, rel_err=t.rel_err)
 
 
 def test_no_peers_means_none_and_unknown_peers_are_named():
-    from bench.peers import available_peers
+    from int4gemv.benchmark.peers import available_peers
+
     assert available_peers([]) == {}
     with pytest.raises(ValueError, match="unknown peer 'cublas'"):
         available_peers(["cublas"])

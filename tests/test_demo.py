@@ -1,4 +1,5 @@
-"""The README's main job runs and reports the reference check and both plans."""
+"""The README's main job runs, reports the reference check and both plans, is reproducible and
+prints each warning once."""
 
 from numba import config
 
@@ -6,8 +7,23 @@ from int4gemv import demo
 
 
 def test_demo_main_job(capsys):
-    assert demo.main() == 0
+    assert demo.main([]) == 0
     text = capsys.readouterr().out
     assert "OK: worst relative error" in text
     assert "kernel   : default" in text and "kernel   : single_warp" in text
     assert ("simulator" in text) == bool(config.ENABLE_CUDASIM)
+    assert "time_gemv" in text and ("not timed" in text) == bool(config.ENABLE_CUDASIM)
+
+
+def test_demo_is_seeded_and_prints_each_warning_once(capsys, monkeypatch):
+    # Conflicting controls: every call's plan carries the same warning, and gemv warns each call.
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "1")
+    monkeypatch.setenv("INT4GEMV_ENABLE_SINGLE_WARP_GEMV", "0")
+    assert demo.main(["--seed", "3"]) == 0
+    first = capsys.readouterr().out
+    assert demo.main(["--seed", "3"]) == 0
+    assert capsys.readouterr().out == first
+    assert first.count("disagree") == 1 and "warnings (each once):" in first
+    assert "(seed 3)" in first
+    assert demo.main(["--seed", "4"]) == 0
+    assert capsys.readouterr().out != first

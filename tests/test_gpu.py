@@ -13,7 +13,7 @@ import int4gemv as ig
 from int4gemv.kernels import single_warp
 
 pytestmark = pytest.mark.gpu
-WORKLOADS = json.loads((pathlib.Path(__file__).parents[1] / "bench" / "workloads"
+WORKLOADS = json.loads((pathlib.Path(__file__).parents[1] / "int4gemv" / "workloads"
                         / "qwen3_vl_2b_decode.json").read_text())
 SHAPES = [(p["name"], p["N"], p["K"]) for p in WORKLOADS["projections"]]
 TOL = 2e-3

@@ -4,10 +4,15 @@ committed without outputs.
 Each notebook runs twice: with no committed results (it must say so) and with a synthetic timed
 results file (it must plot it), chosen through ``BENCH_RESULTS_DIR``. The kernel gets this
 process's environment, so ``NUMBA_ENABLE_CUDASIM=1`` (set by conftest without a GPU) reaches it.
+
+The Jupyter kernel is this interpreter: a kernel spec written into a temporary Jupyter data folder
+(``JUPYTER_DATA_DIR``, ``IPYTHONDIR`` there too), so nothing is registered in the user's home and a
+kernel registered there cannot pick another Python.
 """
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +22,9 @@ nbclient = pytest.importorskip("nbclient", reason="nbclient is a test extra (pip
 pytest.importorskip("ipykernel", reason="ipykernel is a test extra (pip install -e .[test])")
 pytest.importorskip("matplotlib", reason="matplotlib is a test extra (pip install -e .[test])")
 
+from numba import config  # noqa: E402
+
+SIMULATED = bool(config.ENABLE_CUDASIM)
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 TIMEOUT_S = 600  # per cell; on a GPU the first cells compile kernels
@@ -48,23 +56,44 @@ def test_notebooks_are_committed_without_outputs(path):
             assert cell.outputs == [] and cell.execution_count is None, f"{path.name} cell {i} has outputs"
 
 
+KERNEL = "int4gemv-tests"
+
+
+def _this_interpreter_as_kernel(folder: Path, monkeypatch) -> dict:
+    """A kernel spec ``KERNEL`` running ``sys.executable`` in ``folder``; returns the env the kernel
+    needs (Jupyter and IPython state kept in ``folder``)."""
+    spec = folder / "kernels" / KERNEL
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "int4gemv tests", "language": "python"}))
+    state = {"JUPYTER_DATA_DIR": str(folder), "JUPYTER_RUNTIME_DIR": str(folder / "runtime"),
+             "IPYTHONDIR": str(folder / "ipython"), "MPLCONFIGDIR": str(folder / "matplotlib")}
+    for name, value in state.items():
+        monkeypatch.setenv(name, value)
+    return state
+
+
 @pytest.mark.parametrize("results", ["none", "synthetic"])
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_top_to_bottom(path, results, tmp_path):
+def test_notebook_runs_top_to_bottom(path, results, tmp_path, monkeypatch):
     from test_bench import synthetic_doc
 
+    _this_interpreter_as_kernel(tmp_path / "jupyter", monkeypatch)
     if results == "synthetic":
         (tmp_path / "nvidia-h200.json").write_text(json.dumps(synthetic_doc()))
     # The kernel finds the repository first, then whatever PYTHONPATH already held.
     path_list = [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
     env = dict(os.environ, BENCH_RESULTS_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(path_list))
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=TIMEOUT_S, kernel_name=KERNEL,
                                      resources={"metadata": {"path": str(ROOT)}})
     client.execute(env=env)
     text, images = _outputs(nb)
     assert "Traceback" not in text
+    timed_here = not SIMULATED   # the compare() chart is drawn only when something was timed
+    assert ("not timed" in text) == SIMULATED and "single_warp" in text
     if results == "none":
-        assert "No benchmark results are committed yet" in text and images == 0
+        assert "No benchmark results are committed yet" in text and images == int(timed_here)
     else:
-        assert "NVIDIA H200" in text and images == 1
+        assert "NVIDIA H200" in text and images == 1 + int(timed_here)

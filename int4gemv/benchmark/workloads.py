@@ -1,7 +1,9 @@
-"""Workload shapes: the committed decode-step JSON, the shapes a run measures, merged groups.
+"""Workloads: the projections of one decode step, read from package data with a checked schema.
 
-A workload file (``bench/workloads/*.json``) lists the projections of one decode step, each with
-``name``, ``N``, ``K`` and ``per_step`` (how many times one step runs it). From it:
+A workload file (``int4gemv/workloads/*.json``, installed with the package) lists the projections
+of one decode step, each with ``name``, ``N``, ``K`` and ``per_step`` (how many times one step runs
+it), plus ``model.num_hidden_layers`` and ``block_size``. :func:`load_workload` reads one and checks
+it (``ValueError`` naming the file and the field). From a workload:
 
 * :func:`bench_shapes` gives the distinct ``(N, K)`` a run measures (projections sharing a shape
   are measured once and named together), plus the merged shapes of :data:`MERGES`;
@@ -16,7 +18,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+
+from .weights import weight_bytes
 
 __all__ = [
     "DEFAULT_WORKLOAD",
@@ -26,14 +31,16 @@ __all__ = [
     "Launch",
     "Shape",
     "bench_shapes",
+    "check_workload",
     "load_workload",
     "select_shapes",
     "step_bytes",
     "step_projections",
-    "weight_bytes",
+    "workload_names",
 ]
 
-DEFAULT_WORKLOAD = Path(__file__).parent / "workloads" / "qwen3_vl_2b_decode.json"
+#: The workload :func:`load_workload` reads by default (a file name under ``int4gemv/workloads``).
+DEFAULT_WORKLOAD = "qwen3_vl_2b_decode"
 
 #: Merged groups: one weight per group, parts concatenated along N in this order.
 MERGES = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -51,6 +58,71 @@ SIM_WORKLOAD = {
     "projections": [{"name": n, "N": 8, "K": 32, "per_step": 1} for n in (
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")],
 }
+
+_BLOCK_SIZES = (16, 32, 64, 128)
+
+
+def workload_names() -> list:
+    """The workloads installed with the package (names for :func:`load_workload`)."""
+    folder = resources.files("int4gemv") / "workloads"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_workload(source=None) -> dict:
+    """A checked workload: ``None`` (:data:`DEFAULT_WORKLOAD`), the name of an installed workload
+    (see :func:`workload_names`) or a path to a JSON file. Raises ``ValueError`` naming the file
+    and what is wrong with it."""
+    source = DEFAULT_WORKLOAD if source is None else source
+    if isinstance(source, str) and source in workload_names():
+        where = f"int4gemv/workloads/{source}.json"
+        text = (resources.files("int4gemv") / "workloads" / f"{source}.json").read_text()
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ValueError(f"workload {str(source)!r} is neither an installed workload "
+                             f"({', '.join(workload_names())}) nor a file")
+        where, text = str(path), path.read_text()
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc})") from None
+    return check_workload(doc, where)
+
+
+def check_workload(doc, where: str = "workload") -> dict:
+    """``doc`` itself if it is a well-formed workload, else ``ValueError`` naming the field."""
+    def fail(what):
+        raise ValueError(f"{where}: {what}")
+
+    if not isinstance(doc, dict):
+        fail(f"must be a JSON object, got {type(doc).__name__}")
+    if not isinstance(doc.get("name"), str) or not doc["name"]:
+        fail("'name' must be a non-empty string")
+    if doc.get("block_size", 32) not in _BLOCK_SIZES:
+        fail(f"'block_size' must be one of {_BLOCK_SIZES}, got {doc.get('block_size')!r}")
+    layers = (doc.get("model") or {}).get("num_hidden_layers") if isinstance(doc.get("model"), dict) else None
+    if not _positive_int(layers):
+        fail(f"'model.num_hidden_layers' must be a positive integer, got {layers!r}")
+    projections = doc.get("projections")
+    if not isinstance(projections, list) or not projections:
+        fail("'projections' must be a non-empty list")
+    seen = set()
+    for i, p in enumerate(projections):
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not p["name"]:
+            fail(f"projections[{i}] must be an object with a non-empty 'name'")
+        if p["name"] in seen:
+            fail(f"projections[{i}]: name {p['name']!r} appears twice")
+        seen.add(p["name"])
+        for key in ("N", "K", "per_step"):
+            if not _positive_int(p.get(key)):
+                fail(f"projections[{i}] ({p['name']}): {key!r} must be a positive integer, got {p.get(key)!r}")
+        if p["K"] % 8:
+            fail(f"projections[{i}] ({p['name']}): 'K' must be a multiple of 8, got {p['K']}")
+    return doc
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 @dataclass(frozen=True)
@@ -78,16 +150,6 @@ class Launch:
     K: int
     input: str
     parts: tuple = ()      # merged: the projections it replaces, in concatenation order
-
-
-def weight_bytes(N: int, K: int, block_size: int = 32) -> int:
-    """Bytes of one symmetric INT4 weight: packed nibbles plus fp16 scales (no zero points)."""
-    return N * K // 2 + N * (-(-K // block_size)) * 2
-
-
-def load_workload(path=None) -> dict:
-    """The workload dict from ``path`` (default: :data:`DEFAULT_WORKLOAD`)."""
-    return json.loads(Path(path or DEFAULT_WORKLOAD).read_text())
 
 
 def _by_name(workload):

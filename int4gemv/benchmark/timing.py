@@ -1,0 +1,145 @@
+"""Timing on the GPU: event-timed graph replays, eager calls from Python, copy bandwidth.
+
+* :func:`measure_replays`: the one graph-replay timer. ``replay()`` enqueues one replay of a graph
+  of ``launches`` launches on ``stream``; CUDA events around each replay give the per-launch time
+  (replay time / ``launches``, so the cost of launching from Python is excluded), in the manner of
+  ``triton.testing.do_bench_cudagraph``. Callers rotate their launches over copies of the weights
+  totalling more than the L2 cache (see :mod:`int4gemv.benchmark.weights`).
+* :func:`time_eager`: the one eager timer: wall time per call of ``calls`` calls issued back to
+  back from Python, then to completion after ``sync()``.
+* :func:`copy_bandwidth`: device-to-device copy bandwidth (read + write bytes), the reference
+  every kernel's bandwidth is reported against; measured once per device and process.
+
+Numba's CUDA driver is imported on first use, never at import time; torch is not needed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_REPLAYS",
+    "DEFAULT_WARMUP",
+    "MIN_LAUNCHES",
+    "EagerTiming",
+    "Timing",
+    "copy_bandwidth",
+    "measure_replays",
+    "time_eager",
+]
+
+DEFAULT_REPLAYS = 30   # timed replays (the median is reported); at least 20 in the bench
+DEFAULT_WARMUP = 3     # untimed replays first
+MIN_LAUNCHES = 20      # launches per graph at least (amortizes the graph launch itself)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-launch time: median and 10th/90th percentiles (µs) over ``replays`` replays."""
+
+    us: float
+    p10_us: float
+    p90_us: float
+    replays: int
+    launches: int
+
+    @classmethod
+    def from_samples(cls, per_launch_us, launches):
+        s = np.asarray(per_launch_us, np.float64)
+        return cls(float(np.median(s)), float(np.percentile(s, 10)), float(np.percentile(s, 90)),
+                   len(s), int(launches))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EagerTiming:
+    """Eager calls from Python: µs per call to issue them, and to their completion (medians)."""
+
+    issue_us: float
+    complete_us: float
+    calls: int
+    runs: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure_replays(replay, stream, *, launches: int = 1, replays: int = DEFAULT_REPLAYS,
+                    warmup: int = DEFAULT_WARMUP) -> Timing:
+    """Event timing of ``replay()`` on ``stream`` (a raw ``CUstream`` int or an object with
+    ``.cuda_stream``); ``launches`` kernel launches per replay. Median of ``replays`` after
+    ``warmup`` untimed replays."""
+    from numba import cuda
+
+    if replays < 1 or launches < 1:
+        raise ValueError(f"replays and launches must be >= 1; got {replays}, {launches}")
+    handle = int(getattr(stream, "cuda_stream", stream))
+    s = cuda.external_stream(handle) if handle else cuda.default_stream()
+    for _ in range(warmup):
+        replay()
+    s.synchronize()
+    start, end = cuda.event(timing=True), cuda.event(timing=True)
+    samples = []
+    for _ in range(replays):
+        start.record(s)
+        replay()
+        end.record(s)
+        end.synchronize()
+        samples.append(cuda.event_elapsed_time(start, end) * 1e3 / launches)
+    return Timing.from_samples(samples, launches)
+
+
+def time_eager(call, sync, *, calls: int = 100, runs: int = 5) -> EagerTiming:
+    """``call()`` issued ``calls`` times back to back, ``runs`` times (after one untimed run);
+    ``sync()`` waits for the work. Keep ``calls`` below what the launch queue holds (~1000), so
+    the issue time is the cost in Python and the driver."""
+    if calls < 1 or runs < 1:
+        raise ValueError(f"calls and runs must be >= 1; got {calls}, {runs}")
+    issue, complete = [], []
+    for _ in range(runs + 1):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        issue.append((t1 - t0) / calls * 1e6)
+        complete.append((t2 - t0) / calls * 1e6)
+    return EagerTiming(statistics.median(issue[1:]), statistics.median(complete[1:]), calls, runs)
+
+
+_COPY_BANDWIDTH: dict = {}
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool = False) -> float:
+    """Device-to-device copy bandwidth of the current device in bytes/s, counting read + write
+    (``2 * nbytes`` per copy), median of ``replays`` event-timed copies. Measured once per device
+    and process unless ``remeasure``."""
+    from numba import cuda
+
+    device = cuda.get_current_device().id
+    if device in _COPY_BANDWIDTH and not remeasure:
+        return _COPY_BANDWIDTH[device]
+    src = cuda.to_device(np.frombuffer(np.random.default_rng(0).bytes(nbytes), np.uint8))
+    dst = cuda.device_array_like(src)
+    stream = cuda.stream()
+    for _ in range(3):
+        dst.copy_to_device(src, stream=stream)
+    start, end = cuda.event(timing=True), cuda.event(timing=True)
+    samples = []
+    for _ in range(replays):
+        start.record(stream)
+        dst.copy_to_device(src, stream=stream)
+        end.record(stream)
+        end.synchronize()
+        samples.append(cuda.event_elapsed_time(start, end) * 1e-3)
+    del src, dst
+    _COPY_BANDWIDTH[device] = bw = 2 * nbytes / float(np.median(samples))
+    return bw

@@ -1,0 +1,277 @@
+"""The timing library that ships with the package (``int4gemv.benchmark``), on the simulator.
+
+What can be checked without a GPU: the one tuning adapter, workloads and their schema, weights,
+byte counts and the chunked reference, the eager timer's bookkeeping, ``time_gemv``/``compare``
+end to end (checked, not timed, and saying so), the peers' "install int4gemv[peers]" message, and
+the structure rules (no import cycles, no private names across modules, no GPU or torch at import).
+"""
+
+import ast
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import int4gemv
+from int4gemv.benchmark import compare, random_weight, time_eager, time_gemv
+from int4gemv.benchmark.gemv_timing import GemvBench, simulated
+from int4gemv.benchmark.selection import gemv_options, selects_tuning_fields, tuning_fields, tuning_label
+from int4gemv.benchmark.weights import reference, rotation_copies, weight_bytes
+from int4gemv.benchmark.workloads import check_workload, load_workload, workload_names
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the tuning adapter -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Tuned:
+    variant: str
+    cols: int | None = None
+    unroll: int | None = None
+    pdl: bool = False
+    prefetch: bool = False
+
+
+def test_variant_strings_and_launch_suffixes_become_fields():
+    assert tuning_fields("auto+pdl+l2") | {} == dict(variant="auto", cols=None, unroll=None, activations=None,
+                                                    pdl=True, prefetch=True)
+    assert tuning_fields("single_warp+pdl")["pdl"] and not tuning_fields("single_warp+pdl")["prefetch"]
+    assert tuning_fields(None)["variant"] is None
+    with pytest.raises(ValueError, match="variant must be one of"):
+        tuning_fields("fast")
+    with pytest.raises(TypeError, match="int4gemv.Tuning"):
+        tuning_fields(42)
+    assert [tuning_label(t) for t in (None, "auto+pdl", _Tuned("single_warp", 4, 2), _Tuned("auto", pdl=True))] \
+        == ["env", "auto+pdl", "sw 4x2", "auto+pdl"]
+
+
+@pytest.mark.skipif(selects_tuning_fields(), reason="this int4gemv has Tuning: the tuning= branch applies")
+def test_without_int4gemv_tuning_the_adapter_passes_variant_pdl_prefetch_and_refuses_cols():
+    assert gemv_options(None) == {}
+    assert gemv_options("auto+pdl") == {"variant": "auto", "pdl": True, "prefetch": False}
+    assert gemv_options("auto+pdl", launch=False) == {"variant": "auto"}
+    assert gemv_options(_Tuned("default", pdl=True)) == {"variant": "default", "pdl": True, "prefetch": False}
+    with pytest.raises(ValueError, match="sets cols, unroll.*no tuning= keyword"):
+        gemv_options(_Tuned("single_warp", 4, 2))
+
+
+def test_with_int4gemv_tuning_the_adapter_passes_one_tuning(monkeypatch):
+    made = []
+
+    def fake_tuning(**fields):
+        made.append(fields)
+        return ("Tuning", tuple(sorted(fields.items())))
+
+    monkeypatch.setattr(int4gemv, "Tuning", fake_tuning, raising=False)
+    assert selects_tuning_fields()
+    options = gemv_options(_Tuned("single_warp", 4, 2, pdl=True))
+    assert list(options) == ["tuning"]
+    assert made[-1] == dict(variant="single_warp", cols=4, unroll=2, pdl=True, prefetch=False)
+    gemv_options("auto+pdl", launch=False)
+    assert made[-1] == {"variant": "auto"}
+
+
+# -- workloads ------------------------------------------------------------------------------------------------
+def test_the_installed_workload_loads_by_name_default_and_path():
+    assert workload_names() == ["qwen3_vl_2b_decode"]
+    wl = load_workload()
+    assert wl["name"] == "qwen3-vl-2b-decode" and len(wl["projections"]) == 8
+    path = ROOT / "int4gemv" / "workloads" / "qwen3_vl_2b_decode.json"
+    assert load_workload(path) == wl == load_workload("qwen3_vl_2b_decode")
+    with pytest.raises(ValueError, match="neither an installed workload"):
+        load_workload("llama-70b")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.pop("projections"), "'projections' must be a non-empty list"),
+    (lambda d: d["projections"][2].update(K=2044), r"projections\[2\] \(v_proj\): 'K' must be a multiple of 8"),
+    (lambda d: d["projections"][0].update(N="2048"), r"projections\[0\] \(q_proj\): 'N' must be a positive integer"),
+    (lambda d: d["projections"][1].update(name="q_proj"), "name 'q_proj' appears twice"),
+    (lambda d: d["model"].update(num_hidden_layers=0), "num_hidden_layers"),
+    (lambda d: d.update(block_size=48), "'block_size' must be one of"),
+])
+def test_a_malformed_workload_is_refused_naming_the_field(tmp_path, change, message):
+    doc = load_workload()
+    change(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=message):
+        load_workload(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json: not valid JSON"):
+        load_workload(path)
+    assert check_workload(load_workload()) is not None
+
+
+# -- weights ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("zp", [False, True])
+@pytest.mark.parametrize(("N", "K", "bs"), [(8, 64, 32), (5, 72, 16), (3, 200, 128)])
+def test_random_weights_and_their_byte_counts(N, K, bs, zp):
+    w = random_weight(N, K, bs, rng=1, zero_points=zp)
+    assert w.nbytes == weight_bytes(N, K, bs, zero_points=zp)
+    q = w.unpacked()
+    assert q.min() == 0 and q.max() == 15 or q.size < 64
+    assert np.all((w.scales >= 0.001) & (w.scales <= 0.0111))
+    assert (w.zero_points is not None) == zp
+    assert not np.array_equal(random_weight(N, K, bs, rng=2).packed, w.packed)
+
+
+def test_rotation_covers_the_bytes_and_at_least_two_copies():
+    assert rotation_copies(100 * 2**20, 256 * 2**20) == 3
+    assert rotation_copies(1 << 40) == 2
+    with pytest.raises(ValueError):
+        rotation_copies(0)
+
+
+def test_the_chunked_reference_equals_reference_gemv(rng):
+    w = random_weight(8192 + 5, 16, 16, rng=3, zero_points=True)
+    a = rng.standard_normal((2, 16)).astype(np.float16)
+    bias = rng.standard_normal(w.N).astype(np.float16)
+    np.testing.assert_allclose(reference(a, w, bias), int4gemv.reference_gemv(a, w, bias), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(reference(a[0], w)[0], int4gemv.reference_gemv(a[0], w), rtol=1e-12, atol=1e-12)
+
+
+# -- timers -----------------------------------------------------------------------------------------------------
+def test_the_eager_timer_runs_one_untimed_run_then_takes_medians():
+    calls, syncs = [], []
+    t = time_eager(lambda: calls.append(1), lambda: syncs.append(1), calls=7, runs=3)
+    assert len(calls) == 7 * 4 and len(syncs) == 2 * 4
+    assert 0 < t.issue_us <= t.complete_us and (t.calls, t.runs) == (7, 3)
+    with pytest.raises(ValueError, match="calls and runs"):
+        time_eager(lambda: None, lambda: None, calls=0)
+
+
+# -- time_gemv and compare (the simulator: checked, not timed) --------------------------------------------------
+def test_time_gemv_checks_the_kernel_and_says_it_timed_nothing():
+    if not simulated():
+        pytest.skip("checks the simulator's behaviour (on a GPU: tests/test_gpu.py and bench)")
+    w = random_weight(8, 64, rng=4)
+    r = time_gemv(w, tuning="single_warp")
+    assert (r.method, r.kernel, r.family, r.M, r.bytes) == ("single_warp", "single_warp", "int4gemv", 1, w.nbytes)
+    assert r.ok and r.rel_err < 1e-2 and r.simulated and r.us is None and r.gbs is None
+    assert "simulated (Numba CUDA simulator)" in str(r) and "not timed" in str(r)
+    r2 = time_gemv(w, M=2, tuning="default")
+    assert r2.ok and r2.M == 2 and r2.kernel == "default"
+    bad = time_gemv(w, tuning=_Tuned("single_warp", 3, 3)) if not selects_tuning_fields() else None
+    if bad is not None:
+        assert bad.ok is False and "no tuning= keyword" in bad.error
+    with pytest.raises(ValueError, match="M must be a positive int"):
+        time_gemv(w, M=0)
+
+
+def test_the_check_sees_an_output_the_kernel_did_not_write():
+    with GemvBench(random_weight(8, 32, rng=5)) as bench:
+        assert bench.check(lambda i, stream: None) == (float("inf"), False)
+        err, written = bench.check(bench.launcher("default"))
+        assert written and err < 1e-2
+
+
+def test_compare_lists_every_tuning_and_peer_and_prints_a_table():
+    if not simulated():
+        pytest.skip("checks the simulator's behaviour")
+    table = compare([(8, 32), "16x32"], tunings=["default", "single_warp"], peers=["tinygemm"])
+    assert [(r.N, r.method) for r in table.rows] == [(8, "default"), (8, "single_warp"), (8, "tinygemm"),
+                                                     (16, "default"), (16, "single_warp"), (16, "tinygemm")]
+    assert all(r.ok for r in table.rows if r.family == "int4gemv")
+    assert all("not run on the simulator" in r.error for r in table.rows if r.family == "peer")
+    text = str(table)
+    assert "nothing timed" in text and text.count("tinygemm") == 2
+    assert table.plot() is None and table.as_dicts()[3]["shape"] == "16x32"
+
+
+def test_workload_names_resolve_to_their_shapes():
+    from int4gemv.benchmark.comparison import resolve_shapes
+
+    assert resolve_shapes(["lm_head", (4, 8), "qkv_proj"]) == [("4x8", 4, 8), ("lm_head", 151936, 2048),
+                                                              ("qkv_proj", 4096, 2048)]
+
+
+# -- peers ------------------------------------------------------------------------------------------------------
+def test_peers_without_torch_say_what_to_install():
+    import importlib.util
+
+    from int4gemv.benchmark.peers import available_peers, require_torch
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    for ok, why in available_peers(["tinygemm", "torch.mv", "dequant+mv"]).values():
+        assert not ok and 'pip install "int4gemv[peers]"' in why
+    with pytest.raises(ImportError, match=r"int4gemv\[peers\]"):
+        require_torch()
+
+
+# -- structure --------------------------------------------------------------------------------------------------
+def _local_imports(folder: Path, package: str) -> dict:
+    """``{module: {modules of the same package it imports}}`` from the source."""
+    graph = {}
+    for path in folder.glob("*.py"):
+        mod = path.stem
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1 and node.module:
+                    deps.add(node.module.split(".")[0])
+                elif node.module and node.module.startswith(package + "."):
+                    deps.add(node.module[len(package) + 1:].split(".")[0])
+        graph[mod] = deps - {mod}
+    return graph
+
+
+@pytest.mark.parametrize(("folder", "package"), [("bench", "bench"), ("int4gemv/benchmark", "int4gemv.benchmark")])
+def test_no_import_cycles(folder, package):
+    graph = _local_imports(ROOT / folder, package)
+    state = {}
+
+    def visit(m, trail):
+        if state.get(m) == "done":
+            return
+        assert state.get(m) != "open", f"import cycle: {' -> '.join(trail + [m])}"
+        state[m] = "open"
+        for d in graph.get(m, ()):
+            visit(d, trail + [m])
+        state[m] = "done"
+
+    for m in graph:
+        visit(m, [])
+
+
+@pytest.mark.parametrize("folder", ["bench", "int4gemv/benchmark"])
+def test_no_private_names_imported_across_modules(folder):
+    for path in (ROOT / folder).glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+def test_importing_the_library_loads_no_cuda_driver_and_no_torch():
+    code = ("import sys, int4gemv.benchmark as b, int4gemv.benchmark.peers, int4gemv.benchmark.gemv_timing, "
+            "int4gemv.benchmark.comparison; print(sorted(m for m in sys.modules if m.startswith(('torch', "
+            "'numba.cuda.cudadrv.driver'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+# -- GPU --------------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_time_gemv_and_compare_time_on_the_gpu():
+    w = random_weight(2048, 2048, rng=6)
+    r = time_gemv(w, tuning="single_warp", replays=20, eager_calls=20)
+    assert r.ok and r.error is None and not r.simulated, r
+    assert r.launches >= 20 and r.copies >= 2 and r.p10_us <= r.us <= r.p90_us
+    assert 0 < r.pct_copy < 150 and r.gbs == pytest.approx(w.nbytes / r.us / 1e3)
+    assert r.eager_us > 0 and "µs" in str(r) and "% of copy" in str(r)
+    table = compare([(1024, 2048)], tunings=["default", "auto+pdl"], peers=["torch.mv", "tinygemm"], replays=20,
+                    eager_calls=20)
+    for row in table.rows:
+        if row.family == "int4gemv":
+            assert row.ok and row.us > 0, row
+        elif row.error is None:                                    # a peer that is installed
+            assert row.us > 0 and (row.rel_err is None or row.rel_err < 1e-2), row
+        else:
+            assert "unavailable" in row.error, row
+    assert table.plot() is not None
