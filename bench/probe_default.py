@@ -69,7 +69,7 @@ def main(argv=None):
     import torch
     from numba import cuda
 
-    from bench.timing import GraphTimer, copy_bandwidth
+    from int4gemv.benchmark.timing import copy_bandwidth, measure_replays
     from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
     from int4gemv.launcher import bind
 
@@ -86,11 +86,23 @@ def main(argv=None):
         return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
 
     def time_issue(issue, copies):
+        """``launches`` calls of ``issue(i, handle)`` captured in one torch CUDA graph (after two
+        eager calls), replayed; per-launch median."""
         launches = max(20, 2 * copies)
-        timer = GraphTimer(issue, launches, stream)
-        t = timer.measure(replays=20)
-        timer.close()
-        return t
+        handle = stream.cuda_stream
+        with torch.cuda.stream(stream):
+            for i in range(2):
+                issue(i, handle)
+        stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with cuda.defer_cleanup(), torch.cuda.graph(graph, stream=stream):
+            for i in range(launches):
+                issue(i, handle)
+
+        def replay():
+            with torch.cuda.stream(stream):
+                graph.replay()
+        return measure_replays(replay, stream, launches=launches, replays=20)
 
     def run_default(name, N, K, M=1, bs=32, zp=False, dtype="float16", **override):
         if time.time() - t0 > args.budget:
