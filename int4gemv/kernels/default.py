@@ -9,8 +9,9 @@ A warp takes a *column group* of ``P * cols`` columns, ``P = 32 / lanes``: ``lan
 lanes share a column and lane ``s`` of them takes the column's chunks ``s, s + lanes, ...``
 (``lanes < 32`` when K is short, so several columns run side by side in one warp). A *step* is
 ``unroll`` chunks of each of the lane's ``cols`` columns: all its 16-byte weight loads (with their
-scales and zero points) are issued into one register buffer while the previous step, held in the
-other buffer, is folded, so every warp keeps loads in flight while it computes. Folding unpacks
+scales and zero points) are issued before any is used (a second register buffer to overlap the
+next step's loads with this step's folding was measured slower: its registers cost occupancy and
+spilled; bench/NOTES.md). Folding unpacks
 each loaded word once and applies it to every activation row (M accumulators per column); the
 activations are read with 16-byte loads (L1 hits: every warp reads the same ones). After a
 column group's last step a shuffle reduction over the column's lanes finishes and one lane per
@@ -119,9 +120,9 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     """The default configuration for a problem (``cols`` overrides the column count).
 
     lanes: enough lanes per column for its chunks (K short: several columns per warp);
-    unroll: up to 2 chunks per lane per step; cols: 2 (1 from M > 2 and 4 rows on, to bound
-    registers), fewer while the grid would not give every SM 8 warps; resident blocks per SM
-    shrink with M (more accumulators per thread)."""
+    unroll: up to 2 chunks per lane per step; cols: 4 for M = 1, 2 for M > 1 (registers), fewer
+    while the grid would not give every SM 8 warps; resident blocks per SM: 8 for one column
+    (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md)."""
     chunks = -(-K // 32)
     lanes = 1
     while lanes < 32 and lanes < chunks:
@@ -130,10 +131,10 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     unroll = 1 if per_lane == 1 else 2
     warps = 4
     if cols is None:
-        cols = 2 if M <= 2 else 1
+        cols = 4 if M == 1 else 2
         while cols > 1 and -(-N // (32 // lanes * cols)) < 8 * multiprocessors:
             cols //= 2
-    blocks = 8 if M <= 2 else (4 if M <= 8 else 2)
+    blocks = 8 if (cols == 1 and M == 1) else (4 if M <= 4 else 2)
     row_bytes = -(-K // block_size) * block_size // 2
     return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),
                          zero_points=bool(zero_points), cols=cols, lanes=lanes, unroll=unroll,
@@ -306,45 +307,28 @@ def default_kernel(config: DefaultConfig):
         groups = (N + GROUP_COLS - 1) // GROUP_COLS
         g = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
         stride = cuda.gridDim.x * WARPS
-        # Two register buffers: the next step's loads fly while this step is folded.
         raw = cuda.local.array((C, U, 4), np.uint32)
         sv = cuda.local.array((C, U, H), float32)
         zv = cuda.local.array((C, U, H), np.uint32)
-        raw2 = cuda.local.array((C, U, 4), np.uint32)
-        sv2 = cuda.local.array((C, U, H), float32)
-        zv2 = cuda.local.array((C, U, H), np.uint32)
         acc = cuda.local.array((M, C), float32)
         for m in range(M):
             for c in range(C):
                 acc[m, c] = float32(0.0)
-        st = 0
         if PDL:
             allow_next_grid()
-        if g < groups:
-            issue(packed, scales, zero_points, g * GROUP_COLS + p, s, N, nwords, nchunks, nb,
-                  nzb, row_bytes, raw, sv, zv)
-        if PDL:  # the first weights are in flight while the previous grid finishes
-            wait_for_previous_grid()
+        waited = not PDL
         while g < groups:
-            g2 = g
-            st2 = st + 1
-            if st2 == steps:
-                g2 = g + stride
-                st2 = 0
-            if g2 < groups:
-                issue(packed, scales, zero_points, g2 * GROUP_COLS + p, s + st2 * L * U, N,
-                      nwords, nchunks, nb, nzb, row_bytes, raw2, sv2, zv2)
-            fold(act, s + st * L * U, nwords, nchunks, K, raw, sv, zv, acc)
-            if st == steps - 1:
-                finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out)
-            for c in range(C):
-                for u in range(U):
-                    for i in range(4):
-                        raw[c, u, i] = raw2[c, u, i]
-                    for h in range(H):
-                        sv[c, u, h] = sv2[c, u, h]
-                        zv[c, u, h] = zv2[c, u, h]
-            g = g2
-            st = st2
+            col0 = g * GROUP_COLS + p
+            for st in range(steps):
+                issue(packed, scales, zero_points, col0, s + st * L * U, N, nwords, nchunks, nb,
+                      nzb, row_bytes, raw, sv, zv)
+                if not waited:  # the first weights are in flight while the previous grid ends
+                    wait_for_previous_grid()
+                    waited = True
+                fold(act, s + st * L * U, nwords, nchunks, K, raw, sv, zv, acc)
+            finish(acc, col0, s, N, bias, has_bias, out)
+            g += stride
+        if not waited:  # a warp with no column group still orders itself after the previous grid
+            wait_for_previous_grid()
 
     return kernel
