@@ -200,18 +200,20 @@ def default_kernel(config: DefaultConfig):
 
     @cuda.jit(device=True, inline=True)
     def issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
-              raw, sv, zv):
+              raw, sv, zv, full):
         """Issue every weight, scale and zero-point load of one step (``cols x unroll``
-        chunks) before any of them is used."""
+        chunks) before any of them is used. ``full``: no chunk of the step reaches past K
+        (warp-uniform; the clamps and guards fold away)."""
         for c in range(C):
             n = min(col0 + c * P, N - 1)
             for u in range(U):
-                j = min(j0 + u * L, nchunks - 1)
-                x = load_nibbles(packed, n * row_bytes + 16 * j, 4 * j + 2 < nwords)
+                j = j0 + u * L if full else min(j0 + u * L, nchunks - 1)
+                x = load_nibbles(packed, n * row_bytes + 16 * j, full or 4 * j + 2 < nwords)
                 for i in range(4):
                     raw[c, u, i] = x[i]
                 for h in range(2 if TWO_GROUPS else 1):
-                    g = min(2 * j + h, nb - 1) if TWO_GROUPS else j // CHUNKS_PER_GROUP
+                    g = (2 * j + h if full else min(2 * j + h, nb - 1)) if TWO_GROUPS \
+                        else j // CHUNKS_PER_GROUP
                     sv[c, u, h] = to_float(scales[n * nb + g])
                     if ZP:
                         byte = np.uint32(zero_points[n * nzb + (g >> 1)])
@@ -221,14 +223,14 @@ def default_kernel(config: DefaultConfig):
                         zv[c, u, h] = NO_ZP_OFFSET
 
     @cuda.jit(device=True, inline=True)
-    def fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc):
+    def fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, full):
         """Add one step's products to ``acc[m, c]``: each word is unpacked once (exact fp16
-        pairs ``q - zp``) and applied to every activation row."""
+        pairs ``q - zp``) and applied to every activation row (``full`` as in ``issue``)."""
         dq = cuda.local.array((C, 16), np.uint32)
         part = cuda.local.array(C, float32)
         for u in range(U):
             j_raw = j0 + u * L
-            j = min(j_raw, nchunks - 1)
+            j = j_raw if full else min(j_raw, nchunks - 1)
             for c in range(C):
                 for i in range(4):
                     z = zv[c, u, i // 2] if TWO_GROUPS else zv[c, u, 0]
@@ -239,8 +241,8 @@ def default_kernel(config: DefaultConfig):
                 for c in range(C):
                     part[c] = float32(0.0)
                 for h in range(2):
-                    xa = load_act(act, base + 16 * h, 4 * j_raw + 2 * h < nwords)
-                    xb = load_act(act, base + 16 * h + 8, 4 * j_raw + 2 * h + 1 < nwords)
+                    xa = load_act(act, base + 16 * h, full or 4 * j_raw + 2 * h < nwords)
+                    xb = load_act(act, base + 16 * h + 8, full or 4 * j_raw + 2 * h + 1 < nwords)
                     for c in range(C):
                         if F16:
                             t = _U0
@@ -320,12 +322,21 @@ def default_kernel(config: DefaultConfig):
         while g < groups:
             col0 = g * GROUP_COLS + p
             for st in range(steps):
-                issue(packed, scales, zero_points, col0, s + st * L * U, N, nwords, nchunks, nb,
-                      nzb, row_bytes, raw, sv, zv)
+                j0 = s + st * L * U
+                # Warp-uniform: every chunk of this step lies inside K (no guards needed).
+                if 4 * (st + 1) * L * U <= nwords:
+                    issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb,
+                          row_bytes, raw, sv, zv, True)
+                else:
+                    issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb,
+                          row_bytes, raw, sv, zv, False)
                 if not waited:  # the first weights are in flight while the previous grid ends
                     wait_for_previous_grid()
                     waited = True
-                fold(act, s + st * L * U, nwords, nchunks, K, raw, sv, zv, acc)
+                if 4 * (st + 1) * L * U <= nwords:
+                    fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, True)
+                else:
+                    fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, False)
             finish(acc, col0, s, N, bias, has_bias, out)
             g += stride
         if not waited:  # a warp with no column group still orders itself after the previous grid
