@@ -11,8 +11,8 @@ with the time to completion (synchronized) beside it. Rows:
 * ``Numba launch, empty kernel``: ``kernel[grid, block](...)``.
 * the same on a non-blocking stream of its own (no ordering with the legacy default stream).
 * ``BoundLaunch.launch``: int4gemv's bound launch of the 2048×2048 single-warp kernel.
-* ``int4gemv.gemv``: the public call on a pre-built weight with ``out`` given (variant argument,
-  then the ``INT4GEMV_SINGLE_WARP=1`` environment), on the legacy default stream and on the
+* ``int4gemv.gemv``: the public call on a pre-built weight with ``out`` given (a ``Tuning``
+  argument, the variant keyword, then the ``INT4GEMV_SINGLE_WARP=1`` environment), on the legacy default stream and on the
   non-blocking stream; and ``int4gemv.prepare(...)``'s prepared launch called with no arguments.
 * peers: ``torch.mv`` fp16 and torch's tinygemm INT4 at the same shape.
 """
@@ -55,7 +55,6 @@ def main(argv=None):
     from numba import cuda
 
     import int4gemv as ig
-    from int4gemv.api import _bind, _plan
     from int4gemv.launcher import bind
 
     @cuda.jit
@@ -71,8 +70,8 @@ def main(argv=None):
     x = cuda.device_array(1, np.float32)
     empty[1, 32](x)
     bound_empty = bind(empty, (x,), (1, 1, 1), (32, 1, 1))
-    bound_gemv = _bind(_plan(1, w, np.float16, "single_warp"), a.reshape(1, K), w, None,
-                       out.reshape(1, N))
+    bound_gemv = ig.prepare(a, w, out=out, tuning="single_warp").bound
+    sw_tuning = ig.Tuning("single_warp")
     ta = torch.randn(K, dtype=torch.float16, device="cuda")
     tw = torch.randn(N, K, dtype=torch.float16, device="cuda")
     packed = torch._convert_weight_to_int4pack(
@@ -92,6 +91,7 @@ def main(argv=None):
             ("cuLaunchKernel, empty kernel, own stream", lambda: bound_empty.launch(own)),
             ("Numba launch, empty kernel", lambda: empty[1, 32](x)),
             ("BoundLaunch.launch, gemv 2048x2048", lambda: bound_gemv.launch(0)),
+            ("int4gemv.gemv, tuning=Tuning('single_warp')", lambda: ig.gemv(a, w, out=out, tuning=sw_tuning)),
             ("int4gemv.gemv, variant='single_warp'", lambda: ig.gemv(a, w, out=out, variant="single_warp")),
             ("int4gemv.gemv, INT4GEMV_SINGLE_WARP=1", env_call),
             ("int4gemv.prepare(a, w, out=out, variant='single_warp')()",

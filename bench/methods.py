@@ -18,7 +18,7 @@ __all__ = ["Method", "int4gemv_env", "int4gemv_methods", "parse_tunings"]
 def int4gemv_env(single_warp=None, cols=None, unroll=None):
     """Set ``INT4GEMV_SINGLE_WARP`` / ``_COLS`` / ``_UNROLL`` for the block (``None``: unset);
     the previous values are restored on exit."""
-    from int4gemv.controls import COLS, LEGACY, PRIMARY, UNROLL
+    from int4gemv.tuning import COLS, LEGACY, PRIMARY, UNROLL
 
     wanted = {PRIMARY: single_warp, LEGACY: None, COLS: cols, UNROLL: unroll}
     saved = {name: os.environ.get(name) for name in wanted}

@@ -34,6 +34,7 @@ def main():
     from numba import cuda
 
     import int4gemv as ig
+    import int4gemv.pipeline
     from int4gemv.kernels import default_kernel, single_warp_kernel
 
     out_dir = os.environ.get("OUT", "probe_out")
@@ -98,9 +99,7 @@ def main():
                 _sw.geometry = plain_geometry if not tun[3] else _balanced_geometry(tun[3])
                 _sw.MIN_BLOCKS.clear()
                 _sw.MIN_BLOCKS[(tun[0], tun[1], _sw.activation_mode(K, tun[1]))] = tun[2]
-                ig.api._cached_plan.cache_clear()
-                for r in rot + [w]:  # bound launches are cached per weight and controls
-                    r._launches.clear()
+                ig.pipeline.clear_caches()  # plans and bound launches are cached
             env = {}
             if tun:
                 env = {"INT4GEMV_SINGLE_WARP_COLS": str(tun[0]), "INT4GEMV_SINGLE_WARP_UNROLL": str(tun[1])}
@@ -149,7 +148,7 @@ def main():
                 for k in env:
                     os.environ.pop(k, None)
         _sw.geometry = plain_geometry
-        ig.api._cached_plan.cache_clear()
+        ig.pipeline.clear_caches()
         try:
             t = _tinygemm_us(torch, N, K, copies=max(2, -(-args.rotate_mb * 2**20 // nbytes)), G=64, replays=args.replays)
             rec = dict(shape=name, N=N, K=K, variant="tinygemm", us=t, gbs=nbytes / t * 1e-3,

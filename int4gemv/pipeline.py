@@ -11,7 +11,7 @@ the benchmarks all go through these functions:
 * :func:`bind` asks the planned kernel's descriptor for its launch (:mod:`.descriptor`) and binds
   it once (:mod:`.launcher`): a :class:`~.launcher.BoundLaunch` whose ``launch(stream)`` is one
   driver call.
-* the launch cache (:func:`launch_key`, :func:`cached_launch`, :func:`remember`) keeps up to
+* the launch cache (:func:`launch_key`, :func:`cached_launch`, :func:`remember`, :func:`clear_caches`) keeps up to
   :data:`MAX_LAUNCHES` bound launches of device calls with ``out`` given, keyed on the tuning
   (a ``Tuning``/variant string as given, or the ``variant``/``pdl``/``prefetch`` keywords and
   the four environment variables' raw values), the weight's identity and each array's type,
@@ -41,7 +41,7 @@ from .tuning import Tuning, read_environment
 from .weights import QuantizedWeight
 
 __all__ = ["Call", "validate", "plan", "bind", "run_host", "check_options", "emit_warnings",
-           "launch_key", "cached_launch", "remember", "clear_launches", "cached_launch_count",
+           "launch_key", "cached_launch", "remember", "clear_caches", "cached_launch_count",
            "MAX_LAUNCHES"]
 
 #: Bound launches kept by the launch cache (least recently stored dropped first).
@@ -202,9 +202,10 @@ def remember(key, w, bound, messages=()):
         _launches.popitem(last=False)
 
 
-def clear_launches():
-    """Forget every cached launch (the next call of each binds again)."""
+def clear_caches():
+    """Forget every cached plan and bound launch (the next call of each plans and binds again)."""
     _launches.clear()
+    _cached_plan.cache_clear()
 
 
 def cached_launch_count() -> int:
