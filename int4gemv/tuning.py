@@ -164,6 +164,9 @@ def resolve_tuning(tuning=None, *, variant=None, pdl=False, prefetch=False, envi
     if tuning is not None:
         if variant is not None or pdl or prefetch:
             raise TypeError("pass either tuning= or the variant=/pdl=/prefetch= shorthands, not both")
+        if not isinstance(tuning, (str, Tuning)):
+            raise TypeError(f"tuning must be None, an int4gemv.Tuning or a variant string; got "
+                            f"{type(tuning).__name__}")
         return _given(tuning)
     if variant is not None and (not isinstance(variant, str) or variant not in VARIANTS):
         raise ValueError(f"variant={variant!r} is not valid; accepted values: None, "
@@ -181,9 +184,6 @@ def _given(tuning):
             raise ValueError(f"tuning={tuning!r} is not valid; accepted: a Tuning or one of "
                              f"{', '.join(map(repr, VARIANTS))}")
         tuning = Tuning(variant=tuning)
-    elif not isinstance(tuning, Tuning):
-        raise TypeError(f"tuning must be None, an int4gemv.Tuning or a variant string; got "
-                        f"{type(tuning).__name__}")
     return Resolved(tuning, tuple((f.name, "argument tuning=") for f in fields(Tuning)))
 
 
