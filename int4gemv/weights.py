@@ -78,7 +78,8 @@ def _convert_scales(scales, dtype):
     overflows ``dtype`` or is nonzero but rounds to zero."""
     if not np.all(np.isfinite(scales.astype(np.float32))):
         raise ValueError("scales must be finite")
-    out = scales.astype(numpy_dtype(dtype))
+    with np.errstate(over="ignore"):
+        out = scales.astype(numpy_dtype(dtype))
     wide = scales.astype(np.float64)
     back = out.astype(np.float64)
     if not np.all(np.isfinite(back)):
