@@ -90,3 +90,20 @@ def test_bad_input_is_refused_before_any_launch(rng, no_launch, case, exc, match
     }[case]
     with pytest.raises(exc, match=match):
         ig.prepare(w=w, **kwargs)
+
+
+def test_cached_launch_is_reused_and_keyed_on_arrays_tuning_and_weight(rng):
+    """The launch cache lives with the pipeline: same arrays and tuning reuse one binding, a new
+    array, tuning or weight binds again, and every call computes the right thing."""
+    from int4gemv import pipeline
+    w1, w2 = _weight(rng, 8, 64), _weight(rng, 8, 64)
+    a_h = rng.standard_normal(64).astype(np.float16)
+    a, out = cuda.to_device(a_h), cuda.device_array(8, np.float16)
+    pipeline.clear_caches()
+    for w, tuning, count in ((w1, "single_warp", 1), (w1, "single_warp", 1), (w1, "default", 2),
+                             (w2, "default", 3), (w1, ig.Tuning("single_warp"), 4)):
+        out.copy_to_device(np.full(8, np.nan, np.float16))
+        assert ig.gemv(a, w, out=out, tuning=tuning) is out
+        assert pipeline.cached_launch_count() == count
+        assert _err(out.copy_to_host().astype(np.float64), ig.reference_gemv(a_h, w)) < 2e-3
+    assert not hasattr(w1, "_launches")
