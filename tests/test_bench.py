@@ -139,9 +139,11 @@ def test_tunings_parse_and_methods_skip_the_default_tuning():
 
 def test_int4gemv_env_sets_and_restores_the_controls(monkeypatch):
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", "2")
+    from int4gemv.tuning import resolve_tuning
+
     with int4gemv_env(single_warp="1", cols=4, unroll=2):
-        assert int4gemv.read_controls().mode == "on"
-        assert (int4gemv.read_controls().cols, int4gemv.read_controls().unroll) == (4, 2)
+        t = resolve_tuning().tuning
+        assert (t.variant, t.cols, t.unroll) == ("single_warp", 4, 2)
     assert os.environ["INT4GEMV_SINGLE_WARP_COLS"] == "2"
     assert "INT4GEMV_SINGLE_WARP" not in os.environ and "INT4GEMV_SINGLE_WARP_UNROLL" not in os.environ
 
@@ -188,8 +190,10 @@ def test_command_line_errors_exit_with_status_2():
 
 # -- the autotune table --------------------------------------------------------------------------------------
 def test_the_autotune_table_picks_the_faster_path_per_shape_and_dispatch_reads_it(tmp_path):
-    from int4gemv.controls import Controls
+    from int4gemv import Problem, Tuning
+    from int4gemv.autotune import load_autotune_table
     from int4gemv.dispatch import plan_gemv
+    from int4gemv.tuning import resolve_tuning
 
     doc = synthetic_doc()
     for r in doc["rows"]:  # make the default tiling win on lm_head
@@ -210,11 +214,15 @@ def test_the_autotune_table_picks_the_faster_path_per_shape_and_dispatch_reads_i
                                      "note": "single_warp 4x2 2.1 us vs default 3.0 us"}
     assert entries[(151936, 2048)]["variant"] == "default" and entries[(151936, 2048)]["cols"] is None
 
-    loaded = {gpu: {(e["N"], e["K"]): e for e in d["entries"]} for gpu, d in table["devices"].items()}
-    auto = Controls("auto", "INT4GEMV_SINGLE_WARP=auto")
-    plan = plan_gemv(1, 2048, 2048, 32, np.float16, auto, "NVIDIA H200", loaded)
-    assert (plan.kernel, plan.cols, plan.unroll) == ("single_warp", 4, 2)
-    assert plan_gemv(1, 151936, 2048, 32, np.float16, auto, "NVIDIA H200", loaded).kernel == "default"
+    loaded = load_autotune_table(str(path))
+    auto = resolve_tuning(Tuning("auto"))
+
+    def plan(N):
+        return plan_gemv(Problem(1, N, 2048, 32, "float16", False, False), auto,
+                         device_name="NVIDIA H200", table=loaded)
+
+    assert (plan(2048).kernel, plan(2048).cols, plan(2048).unroll) == ("single_warp", 4, 2)
+    assert plan(151936).kernel == "default"
 
 
 def test_an_untimed_document_gives_no_autotune_table():
