@@ -257,3 +257,14 @@ def test_from_device_refuses_bad_arrays_by_name(rng, case, exc, match):
         kw["K"] = 64.0
     with pytest.raises(exc, match=match):
         QuantizedWeight.from_device(*args, **kw)
+
+
+def test_reference_computes_bf16_exactly_in_float64(rng):
+    import ml_dtypes
+
+    from int4gemv import reference_gemv
+    w = quantize(rng.standard_normal((3, 64)).astype(np.float32), 32, dtype="bfloat16")
+    a = rng.standard_normal((2, 64)).astype(ml_dtypes.bfloat16)
+    bias = rng.standard_normal(3).astype(ml_dtypes.bfloat16)
+    want = a.astype(np.float64) @ w.dequantize(np.float64).T + bias.astype(np.float64)
+    np.testing.assert_array_equal(reference_gemv(a, w, bias), want)
