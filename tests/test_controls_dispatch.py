@@ -32,6 +32,7 @@ def plan(tuning=None, table=None, device=None, **kw):
     (dict(bs=16), False, "block_size is 16"),
     (dict(M=2), False, "batch M is 2"),
     (dict(K=2056), False, "K=2056"),
+    (dict(K=2064), False, "K=2064 is not a multiple of 32"),
     (dict(dtype="bfloat16"), False, "bfloat16, not float16"),
     (dict(zp=True, bias=True), True, ""),
 ])
