@@ -3,22 +3,27 @@
 Importing this package touches no GPU and does not import Numba: the public names below load on
 first use. Set ``NUMBA_ENABLE_CUDASIM=1`` before first use to run the same kernels on Numba's CUDA
 simulator (tiny shapes only).
+
+Every call goes validate → plan → bind → launch through :mod:`int4gemv.pipeline`; kernels are
+described by :class:`KernelDescriptor` values in :mod:`int4gemv.registry`; a tuning is one
+frozen :class:`Tuning` (:mod:`int4gemv.tuning`).
 """
 
 import importlib
 
 __all__ = [
     "QuantizedWeight", "quantize", "reference_gemv", "gemv", "explain", "prepare", "PreparedGemv",
-    "Plan", "plan_gemv", "single_warp_eligibility", "read_controls", "Controls", "BLOCK_SIZES",
+    "Plan", "plan_gemv", "Problem", "Tuning", "KernelDescriptor", "BLOCK_SIZES", "MAX_M",
 ]
 __version__ = "0.1.0"
 
 _HOME = {
-    "QuantizedWeight": "weights", "quantize": "weights", "BLOCK_SIZES": "weights",
+    "QuantizedWeight": "weights", "BLOCK_SIZES": "weights", "quantize": "quantization",
     "reference_gemv": "reference", "gemv": "api", "explain": "api",
     "prepare": "prepared", "PreparedGemv": "prepared",
-    "Plan": "dispatch", "plan_gemv": "dispatch", "single_warp_eligibility": "dispatch",
-    "read_controls": "controls", "Controls": "controls",
+    "Plan": "dispatch", "plan_gemv": "dispatch",
+    "Problem": "descriptor", "KernelDescriptor": "descriptor", "MAX_M": "descriptor",
+    "Tuning": "tuning",
 }
 
 

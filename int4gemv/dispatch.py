@@ -1,156 +1,124 @@
-"""Choosing a kernel for a call: a pure function of the problem and the controls.
+"""Choosing a kernel for a call: a pure function of the problem, the tuning and the device name.
 
-No GPU and no memory are touched here, so every decision is testable anywhere. The
-single-warp specialization is eligible when :func:`single_warp_eligibility` says so; forcing
-it on an ineligible problem falls back to the default tiling and the plan says why.
-``auto`` picks per shape from the measured table in ``autotune_table.json`` (per GPU name):
-an exact (N, K) entry if there is one, else the entry nearest in log-shape for that GPU, else
-(an unknown GPU) the single-warp specialization whenever it is eligible.
+No GPU and no memory are touched here, so every decision is testable anywhere. The kernels are
+the registered descriptors (:mod:`.registry`); ``Tuning.variant`` names one of them, or
+``"auto"``:
+
+* a named kernel runs when its eligibility accepts the problem; a specialization that cannot
+  take the problem falls back to :data:`~.registry.FALLBACK` (the default tiling), and the plan
+  says why;
+* ``auto``: where the single-warp specialization is eligible, the measured table
+  (:mod:`.autotune`, per GPU name, M, block size, zero points and dtype) picks the kernel and its
+  ``cols``/``unroll`` (exact ``(N, K)``, else the nearest shape); with no measurement the
+  specialization runs. Fields given in the tuning win over the table's.
+
+Fields the tuning leaves ``None`` are the kernel's choice. If no kernel is eligible (bfloat16
+until the new default tiling lands) the call is refused with a ``ValueError`` saying why.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import math
-from dataclasses import dataclass
-from importlib import resources
+from dataclasses import dataclass, fields, replace
 
-import numpy as np
+from . import autotune
+from .descriptor import Problem
+from .registry import FALLBACK, descriptor
+from .tuning import Resolved, Tuning
 
-from .controls import Controls
-from .kernels import default as default_tiling
-from .kernels import single_warp
-
-__all__ = ["Plan", "plan_gemv", "single_warp_eligibility", "load_autotune_table"]
+__all__ = ["Plan", "plan_gemv"]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How one call will run. ``str(plan)`` is a readable summary for notebooks."""
+    """How one call will run. ``str(plan)`` is a readable summary for notebooks.
 
-    kernel: str                 # "default" or "single_warp"
+    kernel: the descriptor's name; config: its configuration; grid, block, shared_bytes: the
+    launch; problem: the :class:`~.descriptor.Problem`; tuning: the resolved request;
+    sources: ``(field, effective value, where it came from)`` for every tuning field; reason:
+    why this kernel; warnings: conflicting controls.
+    """
+
+    kernel: str
+    config: object
     grid: tuple
     block: tuple
     shared_bytes: int
-    control: str                # which control decided the mode
-    reason: str                 # why this kernel
-    M: int
-    N: int
-    K: int
-    block_size: int
-    cols: int | None = None     # single-warp tuning
-    unroll: int | None = None
-    activations: str | None = None  # single-warp: "registers" or "streaming"
-    blocks_per_sm: int = 0      # single-warp launch bound (0: none)
-    tuning: str | None = None   # where the tuning came from
+    problem: Problem
+    tuning: Tuning
+    sources: tuple
+    reason: str
     warnings: tuple = ()
 
+    def __getattr__(self, name):  # M, N, K, block_size, dtype; cols, unroll, activations
+        if name in ("M", "N", "K", "block_size", "dtype"):
+            return getattr(self.problem, name)
+        if name in ("cols", "unroll", "activations"):
+            return getattr(self.config, name, None)
+        raise AttributeError(name)
+
     @property
-    def threads(self) -> int:
-        return self.grid[0] * self.grid[1] * self.grid[2] * self.block[0]
+    def control(self) -> str:
+        """Where the variant came from (an argument, an environment variable or the default)."""
+        return self.sources[0][2]
 
     def __str__(self):
-        tuning = "" if self.cols is None else (
-            f" (cols={self.cols}, unroll={self.unroll}, "
-            f"{self.activations} activations"
-            + (f", launch bound {self.blocks_per_sm} blocks/SM" if self.blocks_per_sm else "")
-            + f"; {self.tuning})")
+        p = self.problem
+        config = ", ".join(f"{f.name}={getattr(self.config, f.name)}" for f in fields(self.config))
         lines = [
-            f"kernel   : {self.kernel}{tuning}",
-            f"problem  : M={self.M} N={self.N} K={self.K} block_size={self.block_size}",
+            f"kernel   : {self.kernel} ({config})",
+            f"problem  : M={p.M} N={p.N} K={p.K} block_size={p.block_size} {p.dtype} "
+            f"zero_points={p.zero_points} bias={p.bias}",
             f"launch   : grid={self.grid} block={self.block} shared={self.shared_bytes} B",
-            f"control  : {self.control}",
-            f"reason   : {self.reason}",
         ]
+        lines += [f"tuning   : {name} = {value!r}  ({source})" for name, value, source in self.sources]
+        lines.append(f"reason   : {self.reason}")
         lines += [f"warning  : {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
-def single_warp_eligibility(M, K, block_size, a_dtype, N=1):
-    """``(eligible, reason)`` for the single-warp specialization.
-
-    Rule: fp16 activations, block size 32, batch M == 1 and K a multiple of 32 (whole
-    quantization groups, so every uint64 word of a column holds 16 real nibbles), and fewer
-    than 2**32 uint64 words in the weight (the kernel indexes in 32 bits).
-    Zero points and bias are supported.
-    """
-    problems = []
-    if np.dtype(a_dtype) != np.float16:
-        problems.append(f"activations are {np.dtype(a_dtype)}, not float16")
-    if block_size != 32:
-        problems.append(f"block_size is {block_size}, not 32")
-    if M != 1:
-        problems.append(f"batch M is {M}, not 1")
-    if K % 32:
-        problems.append(f"K={K} is not a multiple of 32")
-    if N * K // 16 >= 2**32:
-        problems.append(f"N*K/16 = {N * K // 16} uint64 words is not below 2**32")
-    if problems:
-        return False, "; ".join(problems)
-    return True, "fp16, block_size 32, M == 1, K % 32 == 0"
-
-
-@functools.lru_cache(maxsize=None)
-def load_autotune_table():
-    """The committed measurements ``{gpu_name: {(N, K): entry}}`` (empty if absent)."""
-    try:
-        text = resources.files("int4gemv").joinpath("autotune_table.json").read_text()
-    except FileNotFoundError:
-        return {}
-    raw = json.loads(text)
-    return {gpu: {(e["N"], e["K"]): e for e in d["entries"]} for gpu, d in raw["devices"].items()}
-
-
-def _auto_choice(N, K, device_name, table):
-    entries = table.get(device_name) if device_name else None
-    if not entries:
-        return "single_warp", None, f"auto: no measurements for GPU {device_name!r}; eligible, so single-warp"
-    if (N, K) in entries:
-        e, how = entries[(N, K)], f"auto: measured on {device_name} at N={N} K={K}"
-    else:
-        key = min(entries, key=lambda nk: math.hypot(math.log(nk[0] / N), math.log(nk[1] / K)))
-        e, how = entries[key], f"auto: nearest measured shape on {device_name} is N={key[0]} K={key[1]}"
-    tuning = (e["cols"], e["unroll"]) if e.get("cols") else None
-    return e["variant"], tuning, f"{how}: {e['variant']} was faster ({e.get('note', '')})".rstrip(" ()")
-
-
-def plan_gemv(M, N, K, block_size, a_dtype, controls: Controls, device_name=None, table=None, *,
-              multiprocessors=132) -> Plan:
-    """Plan one call. ``table`` defaults to :func:`load_autotune_table`; ``multiprocessors``
-    (the device's SM count) sizes the single-warp kernel's persistent grid."""
-    base = dict(M=M, N=N, K=K, block_size=block_size, control=controls.source,
-                warnings=controls.warnings)
-    eligible, why = single_warp_eligibility(M, K, block_size, a_dtype, N)
-
-    def default_plan(reason):
-        grid, block, shared = default_tiling.geometry(M, N)
-        return Plan("default", grid, block, shared, reason=reason, **base)
-
-    if controls.mode == "off":
-        return default_plan("single-warp specialization not requested (opt-in)")
+def _choose(problem, tuning, device_name, table):
+    """``(kernel name, tuning with the table's fields filled in, reason, table fields)``."""
+    if tuning.variant == FALLBACK:
+        return FALLBACK, tuning, "single-warp specialization not requested (opt-in)", ()
+    special = "single_warp" if tuning.variant == "auto" else tuning.variant
+    eligible, why = descriptor(special).eligibility(problem)
     if not eligible:
-        return default_plan(f"single-warp requested but ineligible ({why}); fell back to default tiling")
+        return FALLBACK, tuning, f"{special} requested but ineligible ({why}); fell back to {FALLBACK}", ()
+    if tuning.variant != "auto":
+        return special, tuning, f"{special} requested and eligible ({why})", ()
+    entry, how = autotune.lookup(table, device_name, problem)
+    if entry is None:
+        return special, tuning, f"auto: {how}; eligible, so {special}", ()
+    filled = [f for f in ("cols", "unroll") if getattr(tuning, f) is None and getattr(entry, f)]
+    tuning = replace(tuning, **{f: getattr(entry, f) for f in filled})
+    note = f" ({entry.note})" if entry.note else ""
+    return entry.variant, tuning, f"auto: {how}: {entry.variant} was faster{note}", \
+        tuple((f, f"autotune table, {how}") for f in filled)
 
-    tuning, tuning_src = single_warp.DEFAULT_TUNING, "default tuning"
-    if controls.mode == "auto":
-        variant, measured, reason = _auto_choice(N, K, device_name,
-                                                 load_autotune_table() if table is None else table)
-        if variant == "default":
-            return default_plan(reason)
-        if measured:
-            tuning, tuning_src = measured, "measured tuning"
-    else:
-        reason = f"single-warp requested and eligible ({why})"
-    cols = controls.cols if controls.cols is not None else tuning[0]
-    unroll = controls.unroll if controls.unroll is not None else tuning[1]
-    if controls.tuning_source:
-        tuning_src = controls.tuning_source
-    if (cols, unroll) not in single_warp.TUNINGS:
-        raise ValueError(f"{controls.tuning_source}: (cols={cols}, unroll={unroll}) is not a compiled "
-                         f"tuning; accepted (cols, unroll): {single_warp.TUNINGS}")
-    grid, block = single_warp.geometry(N, cols, multiprocessors)
-    mode = single_warp.activation_mode(K, unroll)
-    return Plan("single_warp", grid, block, 0, reason=reason, cols=cols, unroll=unroll,
-                activations=mode, blocks_per_sm=single_warp.min_blocks(cols, unroll, mode),
-                tuning=tuning_src, **base)
+
+def plan_gemv(problem: Problem, resolved: Resolved, *, device_name=None, multiprocessors=132,
+              table=None) -> Plan:
+    """Plan one call. ``table`` defaults to :func:`~.autotune.load_autotune_table`;
+    ``multiprocessors`` (the device's SM count) sizes persistent grids."""
+    table = autotune.load_autotune_table() if table is None and resolved.tuning.variant == "auto" \
+        else (table or {})
+    name, tuning, reason, from_table = _choose(problem, resolved.tuning, device_name, table)
+    kernel = descriptor(name)
+    eligible, why = kernel.eligibility(problem)
+    if not eligible:
+        raise ValueError(f"no kernel serves this call: {name}: {why}")
+    config, grid, block, shared = kernel.configure(problem, tuning, multiprocessors)
+    sources = dict(resolved.sources)
+    sources.update(from_table)
+    rows = []
+    for f in fields(Tuning):
+        asked = getattr(tuning, f.name)
+        value = asked if f.name == "variant" else getattr(config, f.name, None)
+        source = sources[f.name]
+        if f.name != "variant" and not hasattr(config, f.name):
+            value, source = asked, f"{source}; not used by the {name} kernel"
+        elif asked is None and value is not None:
+            source = f"{name} kernel's choice"
+        rows.append((f.name, value, source))
+    return Plan(name, config, grid, block, shared, problem, resolved.tuning, tuple(rows), reason,
+                resolved.warnings)

@@ -18,7 +18,7 @@ import ctypes
 
 import numpy as np
 
-from .kernels.intrinsics import SIMULATED
+from .device import simulated
 
 __all__ = ["bind", "BoundLaunch", "CudaCallError"]
 
@@ -156,6 +156,6 @@ def bind(dispatcher, args, grid, block, shared=0, programmatic=False):
     """A launch of ``dispatcher`` with ``args`` bound (compiling for their types if needed);
     ``shared`` is the dynamic shared memory in bytes; ``programmatic`` see :class:`BoundLaunch`
     (the simulator runs every launch in order)."""
-    if SIMULATED:
+    if simulated():
         return _NumbaLaunch(dispatcher, args, grid, block, shared)
     return BoundLaunch(dispatcher, args, grid, block, shared, programmatic)

@@ -12,23 +12,25 @@ __all__ = ["reference_gemv"]
 def reference_gemv(a, w: QuantizedWeight, bias=None) -> np.ndarray:
     """Compute ``a @ w.dequantize().T + bias`` in float64 on the host.
 
-    ``a`` is ``[K]`` or ``[M, K]`` (any float dtype; device arrays are copied back).
-    Returns float64 ``[N]`` or ``[M, N]`` matching ``a``'s rank.
+    ``a`` is ``[K]`` or ``[M, K]``: numpy (any float dtype, ``ml_dtypes.bfloat16`` included), a
+    Numba device array or a torch tensor (bf16 included; device arrays are copied back). The
+    values are taken exactly (fp16/bf16 to float64 is exact). Returns float64 ``[N]`` or
+    ``[M, N]`` matching ``a``'s rank.
     """
-    a = _host(a).astype(np.float64)
-    y = a @ w.dequantize(np.float64).T
+    y = _host(a) @ w.dequantize(np.float64).T
     if bias is not None:
-        y = y + _host(bias).astype(np.float64)
+        y = y + _host(bias)
     return y
 
 
-def _host(x):
+def _host(x) -> np.ndarray:
+    """``x`` as a float64 numpy array."""
     if isinstance(x, np.ndarray):
-        return x
+        return x.astype(np.float64)
     if hasattr(x, "copy_to_host"):
-        return x.copy_to_host()
-    if hasattr(x, "cpu"):  # torch
-        return x.detach().cpu().numpy()
+        return x.copy_to_host().astype(np.float64)
+    if hasattr(x, "detach"):  # torch: through float32 (exact for fp16/bf16; numpy has no bf16)
+        return x.detach().float().cpu().numpy().astype(np.float64)
     if hasattr(x, "get"):  # cupy
-        return x.get()
-    return np.asarray(x)
+        return x.get().astype(np.float64)
+    return np.asarray(x, dtype=np.float64)

@@ -1,11 +1,14 @@
 """Bad input is refused with TypeError/ValueError naming the argument, before any launch."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 from numba import cuda
 
 import int4gemv as ig
-import int4gemv.api as api
+import int4gemv.pipeline as pipeline
+
+BF16 = ml_dtypes.bfloat16
 
 
 @pytest.fixture
@@ -13,7 +16,8 @@ def no_launch(monkeypatch):
     """Fail the test if anything gets as far as binding a kernel launch."""
     def refuse(*args, **kwargs):
         raise AssertionError("a launch was prepared for invalid input")
-    monkeypatch.setattr(api, "bind", refuse)
+    monkeypatch.setattr(pipeline, "bind_kernel", refuse)
+    pipeline.clear_caches()
 
 
 @pytest.fixture
@@ -28,11 +32,16 @@ def test_good_call_gets_past_validation(w, rng, no_launch):
 
 @pytest.mark.parametrize("make_a, exc, match", [
     (lambda r: r.standard_normal(64).astype(np.float32), TypeError, "a must be float16"),
+    (lambda r: r.standard_normal(64).astype(BF16), TypeError, "a must be float16; got bfloat16"),
     (lambda r: r.standard_normal(63).astype(np.float16), ValueError, "a must have shape"),
+    (lambda r: np.array(1.0, np.float16), ValueError, "a must have shape"),
     (lambda r: r.standard_normal((2, 2, 64)).astype(np.float16), ValueError, "a must have shape"),
+    (lambda r: np.zeros((0, 64), np.float16), ValueError, "a must have shape"),
+    (lambda r: r.standard_normal((17, 64)).astype(np.float16), ValueError, "at most 16"),
     (lambda r: r.standard_normal(128).astype(np.float16)[::2], ValueError, "a must be C-contiguous"),
     (lambda r: r.standard_normal((64, 2)).astype(np.float16).T, ValueError, "a must be C-contiguous"),
     (lambda r: [1.0] * 64, TypeError, "a must be a numpy array or a CUDA array"),
+    (lambda r: "a string", TypeError, "a must be a numpy array or a CUDA array"),
     (lambda r: np.frombuffer(r.bytes(130), np.uint8)[1:129].view(np.float16), ValueError, "a is misaligned"),
 ])
 def test_bad_activations(w, rng, no_launch, make_a, exc, match):
@@ -42,14 +51,28 @@ def test_bad_activations(w, rng, no_launch, make_a, exc, match):
 
 @pytest.mark.parametrize("kwargs, exc, match", [
     (dict(bias=np.zeros(7, np.float16)), ValueError, "bias must have shape"),
+    (dict(bias=np.zeros((1, 8), np.float16)), ValueError, "bias must have shape"),
     (dict(bias=np.zeros(8, np.float32)), TypeError, "bias must be float16"),
+    (dict(bias=np.zeros(8, BF16)), TypeError, "bias must be float16; got bfloat16"),
+    (dict(bias=np.zeros(16, np.float16)[::2]), ValueError, "bias must be C-contiguous"),
+    (dict(bias=[0.0] * 8), TypeError, "bias must be a numpy array"),
     (dict(out=np.zeros(9, np.float16)), ValueError, "out must have shape"),
     (dict(out=np.zeros((1, 8), np.float16)), ValueError, "out must have shape"),
     (dict(out=np.zeros(8, np.float32)), TypeError, "out must be float16"),
+    (dict(out=np.zeros(8, BF16)), TypeError, "out must be float16; got bfloat16"),
+    (dict(out=np.zeros(16, np.float16)[::2]), ValueError, "out must be C-contiguous"),
     (dict(variant="fastest"), ValueError, "variant"),
+    (dict(tuning="fastest"), ValueError, "tuning"),
+    (dict(tuning=3), TypeError, "tuning must be"),
+    (dict(tuning="auto", variant="default"), TypeError, "not both"),
     (dict(stream=5), ValueError, "stream"),
+    (dict(stream="s"), TypeError, "stream must be"),
+    (dict(stream=1.5), TypeError, "stream must be"),
+    (dict(stream=True), TypeError, "stream must be"),
+    (dict(stream=-1), ValueError, "stream handle must be non-negative"),
     (dict(pdl=1), TypeError, "pdl must be a bool"),
     (dict(pdl=True), ValueError, "pdl is only accepted with device arrays"),
+    (dict(tuning=ig.Tuning(pdl=True)), ValueError, "pdl is only accepted with device arrays"),
     (dict(prefetch=1), TypeError, "prefetch must be a bool"),
     (dict(prefetch=True), ValueError, "prefetch needs pdl=True"),
 ])
@@ -66,9 +89,35 @@ def test_host_device_mix_is_refused(w, rng, no_launch):
         ig.gemv(a, w, bias=cuda.to_device(np.zeros(8, np.float16)))
 
 
+@pytest.mark.parametrize("name", ["a", "bias", "out"])
+def test_bad_device_arrays_are_refused_by_name(w, rng, monkeypatch, name):
+    """Device arrays of the wrong dtype, shape or strides, named, also after a good call of the
+    same weight was cached."""
+    good = dict(a=cuda.to_device(rng.standard_normal(64).astype(np.float16)),
+                bias=cuda.to_device(np.zeros(8, np.float16)), out=cuda.device_array(8, np.float16))
+    ig.gemv(**good, w=w)  # bound and cached
+    monkeypatch.setattr(pipeline, "bind_kernel", None)  # nothing else may bind
+    size = 64 if name == "a" else 8
+    for bad, exc, what in ((cuda.device_array(size, np.float32), TypeError, "must be float16"),
+                           (cuda.device_array(size + 1, np.float16), ValueError, "must have shape"),
+                           (cuda.device_array(2 * size, np.float16)[::2], ValueError,
+                            "must be C-contiguous")):
+        with pytest.raises(exc, match=f"{name} {what}"):
+            ig.gemv(**dict(good, **{name: bad}), w=w)
+
+
 def test_weight_must_be_a_quantized_weight(rng, no_launch):
     with pytest.raises(TypeError, match="w must be an int4gemv.QuantizedWeight"):
         ig.gemv(rng.standard_normal(64).astype(np.float16), np.zeros((8, 64)))
+
+
+def test_bf16_weight_refuses_fp16_activations_and_has_no_kernel_yet(rng, no_launch):
+    w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32, dtype="bfloat16")
+    assert w.dtype == "bfloat16"
+    with pytest.raises(TypeError, match="a must be bfloat16; got float16"):
+        ig.gemv(rng.standard_normal(64).astype(np.float16), w)
+    with pytest.raises(ValueError, match="no kernel serves this call: default: activations are bfloat16"):
+        ig.gemv(rng.standard_normal(64).astype(BF16), w)
 
 
 def test_bad_environment_is_refused_before_launch(w, rng, no_launch, monkeypatch):
@@ -90,3 +139,45 @@ def test_explain_validates_and_launches_nothing(w, rng, no_launch):
     assert plan.kernel == "default" and "batch M is 3" in plan.reason
     with pytest.raises(ValueError, match="a must have shape"):
         ig.explain(np.zeros(32, np.float16), w)
+
+
+class FakeTensor:
+    """The attributes the pipeline reads of a torch tensor (torch is not installed here): memory
+    of a host numpy array, which is what the simulator's device memory is."""
+
+    def __init__(self, host, dtype="torch.float16", device_type="cuda", index=0):
+        self.host, self.dtype, self.shape = host, dtype, host.shape
+        self.device = type("device", (), {"type": device_type, "index": index,
+                                          "__repr__": lambda s: f"{device_type}:{index}"})()
+
+    def data_ptr(self):
+        return self.host.ctypes.data
+
+    def stride(self):
+        return tuple(s // self.host.itemsize for s in self.host.strides)
+
+    def element_size(self):
+        return self.host.itemsize
+
+
+def test_torch_like_tensors_are_read_without_an_array_interface(w, rng, no_launch):
+    """A bf16 torch tensor has no __cuda_array_interface__; dtype, device and strides are read
+    from the tensor itself and checked by name."""
+    a16 = rng.standard_normal(64).astype(np.float16)
+    with pytest.raises(TypeError, match="a must be float16; got bfloat16"):
+        ig.gemv(FakeTensor(a16.astype(BF16), "torch.bfloat16"), w)
+    with pytest.raises(TypeError, match="a is a tensor on cpu"):
+        ig.gemv(FakeTensor(a16, device_type="cpu"), w)
+    with pytest.raises(ValueError, match="a must be C-contiguous"):
+        ig.gemv(FakeTensor(np.zeros(128, np.float16)[::2]), w)
+    with pytest.raises(AssertionError, match="launch was prepared"):  # a good one gets through
+        ig.gemv(FakeTensor(a16), w, out=FakeTensor(np.zeros(8, np.float16)))
+
+
+def test_torch_like_fp16_tensor_runs(rng):
+    w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
+    a = rng.standard_normal(64).astype(np.float16)
+    out = np.full(8, np.nan, np.float16)
+    ig.gemv(FakeTensor(a), w, out=FakeTensor(out))
+    ref = ig.reference_gemv(a, w)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 2e-3

@@ -1,165 +1,202 @@
-"""Environment controls, precedence, eligibility and plans: pure functions, no CUDA."""
+"""The dispatcher: kernel descriptors, eligibility, plans and the autotune table. Pure functions,
+no CUDA."""
 
-import numpy as np
+import json
+
 import pytest
 
-from int4gemv import plan_gemv, read_controls, single_warp_eligibility
-from int4gemv.controls import COLS, LEGACY, PRIMARY, UNROLL, raw_environment
+from int4gemv import Problem, Tuning, plan_gemv
+from int4gemv.autotune import load_autotune_table, lookup, parse_table
+from int4gemv.descriptor import KernelDescriptor, Launch
 from int4gemv.kernels import default as default_tiling
 from int4gemv.kernels import single_warp
+from int4gemv.registry import KERNELS, descriptor, register
+from int4gemv.tuning import resolve_tuning
 
-F16 = np.float16
+SW = descriptor("single_warp")
+DEFAULT = descriptor("default")
 
 
-def plan(controls, M=1, N=4096, K=2048, bs=32, dtype=F16, device=None, table=None):
-    return plan_gemv(M, N, K, bs, dtype, controls, device, {} if table is None else table)
+def problem(M=1, N=4096, K=2048, bs=32, dtype="float16", zp=False, bias=False, align=16):
+    return Problem(M, N, K, bs, dtype, zp, bias, align)
 
 
-@pytest.mark.parametrize("env, variant, mode, source", [
-    ({}, None, "off", "default"),
-    ({PRIMARY: "1"}, None, "on", PRIMARY),
-    ({PRIMARY: "0"}, None, "off", PRIMARY),
-    ({PRIMARY: "auto"}, None, "auto", PRIMARY),
-    ({PRIMARY: "AUTO"}, None, "auto", PRIMARY),
-    ({LEGACY: "1"}, None, "on", LEGACY),
-    ({LEGACY: "0"}, None, "off", LEGACY),
-    ({PRIMARY: "1", LEGACY: "1"}, None, "on", PRIMARY),
-    ({PRIMARY: "0", LEGACY: "1"}, None, "off", PRIMARY),
-    ({PRIMARY: "1", LEGACY: "0"}, None, "on", PRIMARY),
-    ({PRIMARY: "1"}, "default", "off", "variant="),
-    ({LEGACY: "1"}, "default", "off", "variant="),
-    ({}, "single_warp", "on", "variant="),
-    ({PRIMARY: "0"}, "auto", "auto", "variant="),
+def plan(tuning=None, table=None, device=None, **kw):
+    return plan_gemv(problem(**kw), resolve_tuning(tuning), device_name=device,
+                     table={} if table is None else table)
+
+
+@pytest.mark.parametrize("kw, ok, words", [
+    (dict(), True, ""),
+    (dict(bs=64), False, "block_size is 64"),
+    (dict(bs=16), False, "block_size is 16"),
+    (dict(M=2), False, "batch M is 2"),
+    (dict(K=2056), False, "K=2056"),
+    (dict(K=2064), False, "K=2064 is not a multiple of 32"),
+    (dict(dtype="bfloat16"), False, "bfloat16, not float16"),
+    (dict(zp=True, bias=True), True, ""),
 ])
-def test_precedence(env, variant, mode, source):
-    c = read_controls(variant, env)
-    assert c.mode == mode
-    assert c.source.startswith(source)
-
-
-def test_disagreement_warns_naming_both_and_primary_wins():
-    c = read_controls(None, {PRIMARY: "0", LEGACY: "1"})
-    assert c.mode == "off"
-    assert len(c.warnings) == 1 and PRIMARY in c.warnings[0] and LEGACY in c.warnings[0]
-    assert read_controls(None, {PRIMARY: "1", LEGACY: "1"}).warnings == ()
-    # An argument still reports the conflicting environment.
-    assert read_controls("default", {PRIMARY: "0", LEGACY: "1"}).warnings
-
-
-@pytest.mark.parametrize("env, name", [
-    ({PRIMARY: "yes"}, PRIMARY), ({PRIMARY: ""}, PRIMARY), ({LEGACY: "auto"}, LEGACY),
-    ({LEGACY: "2"}, LEGACY), ({COLS: "3"}, COLS), ({COLS: "four"}, COLS), ({UNROLL: "16"}, UNROLL),
-])
-def test_invalid_values_name_the_variable_and_accepted_values(env, name):
-    with pytest.raises(ValueError, match=name) as info:
-        read_controls(None, env)
-    assert "accepted values" in str(info.value)
-
-
-@pytest.mark.parametrize("variant", ["fast", 1, ["single_warp"]])
-def test_invalid_variant(variant):
-    with pytest.raises(ValueError, match="variant"):
-        read_controls(variant, {})
-
-
-def test_environment_is_read_at_call_time(monkeypatch):
-    assert read_controls().mode == "off"
-    monkeypatch.setenv(PRIMARY, "1")
-    assert read_controls().mode == "on"
-
-
-def test_raw_environment_follows_os_environ(monkeypatch):
-    """The fast path's key: every change to the four variables shows, unset reads as None."""
-    for name in (PRIMARY, LEGACY, COLS, UNROLL):
-        monkeypatch.delenv(name, raising=False)
-    assert raw_environment() == (None, None, None, None)
-    before = set()
-    for i, name in enumerate((PRIMARY, LEGACY, COLS, UNROLL)):
-        monkeypatch.setenv(name, str(i + 1))
-        now = raw_environment()
-        assert now[i] is not None and now not in before
-        before.add(now)
-    monkeypatch.delenv(COLS)
-    assert raw_environment()[2] is None and raw_environment()[3] is not None
-
-
-@pytest.mark.parametrize("M, K, bs, dtype, ok, words", [
-    (1, 2048, 32, F16, True, ""),
-    (1, 2048, 64, F16, False, "block_size is 64"),
-    (2, 2048, 32, F16, False, "batch M is 2"),
-    (1, 2056, 32, F16, False, "K=2056"),
-    (1, 2048, 32, np.float32, False, "float32"),
-])
-def test_eligibility(M, K, bs, dtype, ok, words):
-    eligible, why = single_warp_eligibility(M, K, bs, dtype, N=151936)
+def test_single_warp_eligibility(kw, ok, words):
+    eligible, why = SW.eligibility(problem(N=151936, **kw))
     assert eligible == ok and words in why
 
 
 @pytest.mark.parametrize("N, ok", [(2**32 // 128 - 1, True), (2**32 // 128, False)])
-def test_eligibility_needs_32_bit_word_indices(N, ok):
-    eligible, why = single_warp_eligibility(1, 2048, 32, F16, N=N)
+def test_single_warp_needs_32_bit_word_indices(N, ok):
+    eligible, why = SW.eligibility(problem(N=N))
     assert eligible == ok and (ok or "2**32" in why)
 
 
+@pytest.mark.parametrize("kw, ok", [(dict(), True), (dict(M=16, bs=128, zp=True, K=8), True),
+                                    (dict(dtype="bfloat16"), False)])
+def test_default_eligibility(kw, ok):
+    eligible, why = DEFAULT.eligibility(problem(**kw))
+    assert eligible == ok and (ok or "float16 only" in why)
+
+
+def test_problem_checks_itself():
+    with pytest.raises(ValueError, match="above 16"):
+        problem(M=17)
+    with pytest.raises(ValueError, match="dtype"):
+        problem(dtype="float32")
+    with pytest.raises(ValueError, match="act_align"):
+        problem(align=3)
+
+
 def test_default_is_default_tiling_and_opt_in():
-    p = plan(read_controls(None, {}))
+    p = plan()
     assert p.kernel == "default" and "opt-in" in p.reason
     assert (p.grid, p.block, p.shared_bytes) == ((512, 1, 1), (256, 1, 1), default_tiling.SHARED_BYTES)
+    assert "default (INT4GEMV_SINGLE_WARP unset)" in p.control
+
+
+def test_batch_is_grid_y_of_the_default_tiling():
+    assert plan(M=5).grid == (512, 5, 1)
 
 
 def test_forced_single_warp_and_its_geometry():
-    p = plan(read_controls(None, {PRIMARY: "1"}), N=4097)
+    p = plan("single_warp", N=4097)
     assert p.kernel == "single_warp" and (p.cols, p.unroll) == single_warp.DEFAULT_TUNING
     assert p.grid == (min(-(-4097 // p.cols), 132 * single_warp.BLOCKS_PER_SM), 1, 1)
     assert p.block == (32, 1, 1) and p.shared_bytes == 0
     assert p.activations == ("registers" if 2048 <= 512 * p.unroll else "streaming")
-    assert PRIMARY in p.control and "eligible" in p.reason
+    assert "eligible" in p.reason
 
 
-def test_forced_on_ineligible_shape_falls_back_and_says_why():
-    p = plan(read_controls(None, {LEGACY: "1"}), bs=64)
-    assert p.kernel == "default" and "ineligible" in p.reason and "block_size is 64" in p.reason
-    assert "legacy alias" in p.control
+@pytest.mark.parametrize("kw, words", [(dict(bs=64), "block_size is 64"), (dict(M=2), "batch M"),
+                                       (dict(K=2056), "K=2056")])
+def test_forced_on_ineligible_problem_falls_back_and_says_why(kw, words):
+    p = plan("single_warp", **kw)
+    assert p.kernel == "default" and "ineligible" in p.reason and words in p.reason
 
 
-def test_activation_modes():
-    assert plan(read_controls("single_warp", {UNROLL: "4"}), K=2048).activations == "registers"
-    assert plan(read_controls("single_warp", {UNROLL: "4"}), K=2080).activations == "streaming"
-    p = plan(read_controls("single_warp", {}), K=6144)
-    assert p.activations == "streaming" and p.shared_bytes == 0
+def test_bf16_has_no_kernel_yet_and_says_so():
+    for tuning in ("default", "single_warp", "auto"):
+        with pytest.raises(ValueError, match="no kernel serves this call.*bfloat16"):
+            plan(tuning, dtype="bfloat16")
 
 
-def test_tuning_overrides():
-    p = plan(read_controls("single_warp", {COLS: "2", UNROLL: "8"}))
-    assert (p.cols, p.unroll) == (2, 8) and COLS in p.tuning
-    with pytest.raises(ValueError, match="not a compiled tuning"):
-        plan(read_controls("single_warp", {COLS: "8", UNROLL: "8"}))
+def test_activation_modes_and_alignment():
+    assert plan(Tuning("single_warp", unroll=4), K=2048).activations == "registers"
+    assert plan(Tuning("single_warp", unroll=4), K=2080).activations == "streaming"
+    assert plan(Tuning("single_warp", activations="streaming"), K=64).activations == "streaming"
+    with pytest.raises(ValueError, match="registers.*needs K <= 512"):
+        plan(Tuning("single_warp", unroll=1, activations="registers"), K=1024)
+    assert plan("single_warp", align=8).config.wide and not plan("single_warp", align=4).config.wide
+
+
+def test_tuning_fields_reach_the_config():
+    p = plan(Tuning("single_warp", cols=2, unroll=8, pdl=True, prefetch=True))
+    assert (p.cols, p.unroll, p.config.pdl, p.config.prefetch) == (2, 8, True, True)
+    with pytest.raises(ValueError, match="not a compiled single-warp tuning"):
+        plan(Tuning("single_warp", cols=8, unroll=8))
+
+
+TABLE = parse_table({"schema": 2, "devices": {"GPU X": {"entries": [
+    dict(N=4096, K=2048, M=1, block_size=32, zero_points=False, dtype="float16", variant="default"),
+    dict(N=151936, K=2048, M=1, block_size=32, zero_points=False, dtype="float16",
+         variant="single_warp", cols=2, unroll=4, note="2x4 faster"),
+    dict(N=4096, K=2048, M=1, block_size=32, zero_points=True, dtype="float16",
+         variant="single_warp", cols=8, unroll=2)]}}})
 
 
 def test_auto_uses_the_table_exact_then_nearest_then_rule():
-    table = {"GPU X": {(4096, 2048): dict(N=4096, K=2048, variant="default", cols=None, unroll=None),
-                       (151936, 2048): dict(N=151936, K=2048, variant="single_warp", cols=2, unroll=4)}}
-    auto = read_controls("auto", {})
-    exact = plan(auto, N=4096, device="GPU X", table=table)
+    exact = plan("auto", TABLE, "GPU X", N=4096)
     assert exact.kernel == "default" and "measured" in exact.reason
-    near = plan(auto, N=100000, device="GPU X", table=table)
+    near = plan("auto", TABLE, "GPU X", N=100000)
     assert near.kernel == "single_warp" and (near.cols, near.unroll) == (2, 4) and "nearest" in near.reason
-    unknown = plan(auto, device="GPU Y", table=table)
+    assert dict((n, s) for n, _, s in near.sources)["cols"].startswith("autotune table")
+    unknown = plan("auto", TABLE, "GPU Y")
     assert unknown.kernel == "single_warp" and "no measurements" in unknown.reason
-    inel = plan(auto, bs=16, device="GPU X", table=table)
+    inel = plan("auto", TABLE, "GPU X", bs=16)
     assert inel.kernel == "default" and "ineligible" in inel.reason
 
 
-def test_committed_autotune_table_is_consistent():
-    from int4gemv.dispatch import load_autotune_table
-    for gpu, entries in load_autotune_table().items():
-        for (N, K), e in entries.items():
-            assert e["variant"] in ("default", "single_warp")
-            if e["variant"] == "single_warp":
-                assert (e["cols"], e["unroll"]) in single_warp.TUNINGS
+def test_auto_table_is_keyed_on_zero_points_and_given_fields_win():
+    zp = plan("auto", TABLE, "GPU X", N=4096, zp=True)
+    assert zp.kernel == "single_warp" and (zp.cols, zp.unroll) == (8, 2)
+    own = plan(Tuning("auto", cols=1), TABLE, "GPU X", N=151936)
+    assert (own.cols, own.unroll) == (1, 4)
+
+
+def test_committed_autotune_table_reads_as_m1_bs32_fp16():
+    table = load_autotune_table()
+    assert table, "the committed table is package data"
+    for gpu, configs in table.items():
+        assert set(configs) == {(1, 32, False, "float16")}
+        for e in configs[(1, 32, False, "float16")].values():
+            if e.variant == "single_warp":
+                assert (e.cols, e.unroll) in single_warp.TUNINGS
+    entry, how = lookup(table, "NVIDIA H200", problem(N=2048, K=2048))
+    assert entry is not None and "measured" in how
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"schema": 3, "devices": {}}, "'schema'"),
+    ({"schema": 2, "devices": []}, "'devices'"),
+    ({"schema": 2, "devices": {"G": {"entries": {}}}}, "entries'] must be a list"),
+    ({"schema": 2, "devices": {"G": {"entries": [dict(N=1, K=8, variant="default")]}}}, "lacks 'M'"),
+    ({"schema": 1, "devices": {"G": {"entries": [dict(N=0, K=8, variant="default")]}}}, "'N' must be"),
+    ({"schema": 1, "devices": {"G": {"entries": [dict(N=1, K=8, variant="fast")]}}}, "'variant'"),
+    ({"schema": 1, "devices": {"G": {"entries": [dict(N=1, K=8, variant="default", cols=3)]}}}, "'cols'"),
+    ({"schema": 1, "devices": {"G": {"entries": [dict(N=1, K=8, variant="default", colz=2)]}}}, "unknown keys"),
+    ({"schema": 2, "devices": {"G": {"entries": [dict(N=1, K=8, M=1, block_size=32, zero_points=0,
+                                                     dtype="float16", variant="default")]}}}, "'zero_points'"),
+])
+def test_malformed_tables_are_refused_naming_the_entry(doc, words):
+    with pytest.raises(ValueError, match="my.json") as info:
+        parse_table(doc, "my.json")
+    assert words in str(info.value)
+
+
+def test_malformed_table_file(tmp_path):
+    bad = tmp_path / "t.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_autotune_table(str(bad))
+    good = tmp_path / "g.json"
+    good.write_text(json.dumps({"schema": 1, "devices": {"G": {"entries": [
+        dict(N=8, K=64, variant="single_warp", cols=1, unroll=1)]}}}))
+    assert load_autotune_table(str(good))["G"][(1, 32, False, "float16")][(8, 64)].cols == 1
+
+
+def test_registry_holds_one_descriptor_per_kernel():
+    assert set(KERNELS) == {"default", "single_warp"}
+    with pytest.raises(ValueError, match="already registered"):
+        register(SW)
+    with pytest.raises(TypeError):
+        register("single_warp")
+    with pytest.raises(KeyError, match="registered: default, single_warp"):
+        descriptor("tiled")
+    with pytest.raises(TypeError, match="callable"):
+        KernelDescriptor("k", "s", None, None, None)
+    with pytest.raises(ValueError, match="grid"):
+        Launch(None, (), (0, 1, 1), (32, 1, 1))
 
 
 def test_plan_str_is_readable():
-    text = str(plan(read_controls(None, {PRIMARY: "0", LEGACY: "1"})))
-    for word in ("kernel", "grid", "block", "shared", "control", "reason", "warning"):
+    text = str(plan_gemv(problem(), resolve_tuning(environ={"INT4GEMV_SINGLE_WARP": "0",
+                                                          "INT4GEMV_ENABLE_SINGLE_WARP_GEMV": "1"}),
+                         table={}))
+    for word in ("kernel", "grid", "block", "shared", "tuning", "reason", "warning", "problem"):
         assert word in text

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import int4gemv as ig
+from int4gemv import pipeline
 from int4gemv.kernels import single_warp
 
 pytestmark = pytest.mark.gpu
@@ -95,11 +96,14 @@ def test_bound_launch_is_reused_and_rebinds_on_new_arrays(rng):
     a2 = rng.standard_normal(K).astype(np.float16)
     d1, d2 = cuda.to_device(a1), cuda.to_device(a2)
     out = cuda.device_array(N, np.float16)
+    pipeline.clear_caches()
     ig.gemv(d1, w, out=out, variant="single_warp")
     ig.gemv(d1, w, out=out, variant="single_warp")
-    assert len(w._launches) == 1
+    assert pipeline.cached_launch_count() == 1
     ig.gemv(d2, w, out=out, variant="single_warp")
-    assert len(w._launches) == 2
+    assert pipeline.cached_launch_count() == 2
+    ig.gemv(d2, w, out=out, tuning=ig.Tuning("single_warp"))
+    assert pipeline.cached_launch_count() == 3
     assert _err(out.copy_to_host().astype(np.float64), ig.reference_gemv(a2, w)) <= TOL
 
 
@@ -109,6 +113,7 @@ def test_bound_launch_follows_environment_changes(rng, monkeypatch):
     w = ig.quantize(rng.standard_normal((N, K)).astype(np.float32), 32)
     a = rng.standard_normal(K).astype(np.float16)
     d, out = cuda.to_device(a), cuda.device_array(N, np.float16)
+    pipeline.clear_caches()
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "1")
     for cols in ("4", "2", "4"):
         monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", cols)
@@ -116,10 +121,10 @@ def test_bound_launch_follows_environment_changes(rng, monkeypatch):
         ig.gemv(d, w, out=out)
         ig.gemv(d, w, out=out)
         assert _err(out.copy_to_host().astype(np.float64), ig.reference_gemv(a, w)) <= TOL
-    assert len(w._launches) == 2  # one binding per distinct environment, reused after
+    assert pipeline.cached_launch_count() == 2  # one binding per distinct environment, reused after
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "0")
     ig.gemv(d, w, out=out)
-    assert len(w._launches) == 3
+    assert pipeline.cached_launch_count() == 3
 
 
 @pytest.mark.parametrize("prefetch", [False, True])

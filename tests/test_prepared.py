@@ -6,7 +6,7 @@ import pytest
 from numba import cuda
 
 import int4gemv as ig
-from int4gemv import api
+from int4gemv import pipeline
 
 
 def _weight(rng, N, K):
@@ -38,6 +38,15 @@ def test_each_call_reads_the_current_activations(rng, variant):
         assert _err(y, ig.reference_gemv(a_h, w, bias_h)) < 2e-3
 
 
+def test_a_given_tuning_is_prepared_and_explained(rng):
+    w = _weight(rng, 8, 64)
+    a = cuda.to_device(rng.standard_normal(64).astype(np.float16))
+    out = cuda.device_array(8, np.float16)
+    run = ig.prepare(a, w, out=out, tuning=ig.Tuning("single_warp", cols=2, unroll=1))
+    assert (run.plan.kernel, run.plan.cols, run.plan.unroll) == ("single_warp", 2, 1)
+    assert repr(run).startswith("PreparedGemv(single_warp 2x1, M=1, N=8, K=64, float16")
+
+
 def test_controls_are_read_once_when_prepared(rng, monkeypatch):
     w = _weight(rng, 8, 64)
     a = cuda.to_device(rng.standard_normal(64).astype(np.float16))
@@ -52,7 +61,7 @@ def test_controls_are_read_once_when_prepared(rng, monkeypatch):
 def no_launch(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a launch was prepared for invalid input")
-    monkeypatch.setattr(api, "bind", refuse)
+    monkeypatch.setattr(pipeline, "bind_kernel", refuse)
 
 
 @pytest.mark.parametrize("case, exc, match", [
@@ -62,6 +71,8 @@ def no_launch(monkeypatch):
     ("pdl int", TypeError, "pdl must be a bool"),
     ("prefetch alone", ValueError, "prefetch needs pdl=True"),
     ("bad variant", ValueError, "variant"),
+    ("bad tuning", TypeError, "tuning must be"),
+    ("both", TypeError, "not both"),
 ])
 def test_bad_input_is_refused_before_any_launch(rng, no_launch, case, exc, match):
     w = _weight(rng, 8, 64)
@@ -74,6 +85,25 @@ def test_bad_input_is_refused_before_any_launch(rng, no_launch, case, exc, match
         "pdl int": dict(a=a, out=out, pdl=1),
         "prefetch alone": dict(a=a, out=out, prefetch=True),
         "bad variant": dict(a=a, out=out, variant="fastest"),
+        "bad tuning": dict(a=a, out=out, tuning=["single_warp"]),
+        "both": dict(a=a, out=out, tuning="auto", variant="auto"),
     }[case]
     with pytest.raises(exc, match=match):
         ig.prepare(w=w, **kwargs)
+
+
+def test_cached_launch_is_reused_and_keyed_on_arrays_tuning_and_weight(rng):
+    """The launch cache lives with the pipeline: same arrays and tuning reuse one binding, a new
+    array, tuning or weight binds again, and every call computes the right thing."""
+    from int4gemv import pipeline
+    w1, w2 = _weight(rng, 8, 64), _weight(rng, 8, 64)
+    a_h = rng.standard_normal(64).astype(np.float16)
+    a, out = cuda.to_device(a_h), cuda.device_array(8, np.float16)
+    pipeline.clear_caches()
+    for w, tuning, count in ((w1, "single_warp", 1), (w1, "single_warp", 1), (w1, "default", 2),
+                             (w2, "default", 3), (w1, ig.Tuning("single_warp"), 4)):
+        out.copy_to_device(np.full(8, np.nan, np.float16))
+        assert ig.gemv(a, w, out=out, tuning=tuning) is out
+        assert pipeline.cached_launch_count() == count
+        assert _err(out.copy_to_host().astype(np.float64), ig.reference_gemv(a_h, w)) < 2e-3
+    assert not hasattr(w1, "_launches")

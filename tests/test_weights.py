@@ -92,6 +92,7 @@ def test_quantize_zero_block_gets_unit_scale():
     (dict(zero_points=np.zeros((2, 1), np.int32)), TypeError, "zero_points"),
     (dict(K=30), ValueError, "K"),
     (dict(K=32.0), TypeError, "K"),
+    (dict(scales=np.ones((2, 1), np.int16)), TypeError, "scales"),
     (dict(N=0), ValueError, "N"),
     (dict(block_size=48), ValueError, "block_size"),
 ])
@@ -118,3 +119,152 @@ def test_nbytes_counts_everything_a_gemv_reads(rng):
     w = quantize(rng.standard_normal((8, 64)).astype(np.float32), 32, symmetric=False)
     assert w.nbytes == 8 * 32 + 8 * 2 * 2 + 8 * 1
     assert "N=8" in repr(w) and "host only" in repr(w)
+
+
+# -- issue 14: bad input to weights and quantize -----------------------------------------------
+
+def _args(**kw):
+    args = dict(packed=np.zeros((2, 1, 16), np.uint8), scales=np.ones((2, 1), np.float16),
+                zero_points=None, K=32, N=2, block_size=32)
+    args.update(kw)
+    return args
+
+
+def _make(**kw):
+    args = _args(**kw)
+    return QuantizedWeight(args.pop("packed"), args.pop("scales"), args.pop("zero_points"), **args)
+
+
+@pytest.mark.parametrize("scales, words", [
+    (np.array([[70000.0], [1.0]], np.float32), "overflow float16"),
+    (np.array([[-1e6], [1.0]], np.float32), "overflow float16"),
+    (np.array([[1e-9], [1.0]], np.float32), "underflow float16"),
+    (np.array([[np.nan], [1.0]], np.float32), "finite"),
+])
+def test_fp32_scales_that_do_not_fit_fp16_are_refused(scales, words):
+    with pytest.raises(ValueError, match=f"scales.*{words}|scales must be {words}"):
+        _make(scales=scales)
+
+
+def test_fp32_scales_that_fit_are_converted_and_zero_stays_allowed():
+    w = _make(scales=np.array([[65504.0], [0.0]], np.float32))
+    assert w.scales.dtype == np.float16 and w.scales[0, 0] == 65504 and w.scales[1, 0] == 0
+    assert _make(scales=np.array([[1e-9], [1.0]], np.float32), dtype="bfloat16").dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("packed", [
+    np.zeros((16, 2), np.uint8),        # the right size, transposed
+    np.zeros((2, 16, 1), np.uint8),
+    np.zeros((1, 32), np.uint8),
+    np.zeros((2, 1, 16, 1), np.uint8),
+    np.zeros(33, np.uint8),
+])
+def test_packed_only_in_its_documented_shapes(packed):
+    with pytest.raises(ValueError, match="packed must have shape"):
+        _make(packed=packed)
+
+
+def test_scales_and_zero_points_transposed_are_refused():
+    with pytest.raises(ValueError, match="scales must have shape"):
+        _make(scales=np.ones((2, 4), np.float16).T, K=128, block_size=32,
+              packed=np.zeros((2, 4, 16), np.uint8))
+    with pytest.raises(ValueError, match="zero_points must have shape"):
+        _make(zero_points=np.zeros((2, 4), np.uint8).T, K=128, block_size=16,
+              packed=np.zeros((2, 8, 8), np.uint8), scales=np.ones((2, 8), np.float16))
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(block_size=32.0), TypeError, "block_size must be an int"),
+    (dict(block_size="32"), TypeError, "block_size must be an int"),
+    (dict(block_size=True), TypeError, "block_size must be an int"),
+    (dict(block_size=48), ValueError, "block_size must be one of"),
+    (dict(symmetric=1), TypeError, "symmetric must be a bool"),
+    (dict(symmetric="yes"), TypeError, "symmetric must be a bool"),
+    (dict(dtype="float32"), ValueError, "dtype must be one of"),
+    (dict(w=np.zeros((2, 30), np.float32)), ValueError, "w must have shape"),
+    (dict(w=np.zeros((0, 32), np.float32)), ValueError, "w must have shape"),
+    (dict(w=np.zeros((2, 32), np.int32)), TypeError, "w must be a 2-D float"),
+    (dict(w=np.zeros(32, np.float32)), TypeError, "w must be a 2-D float"),
+    (dict(w=[[0.0] * 32]), TypeError, "w must be a numpy.ndarray"),
+    (dict(w=np.full((2, 32), np.inf, np.float32)), ValueError, "w must be finite"),
+    (dict(w=np.full((2, 32), 1e6, np.float32)), ValueError, "w is too large"),
+])
+def test_quantize_checks_name_the_users_arguments(kwargs, exc, match):
+    args = dict(w=np.ones((2, 32), np.float32), block_size=32, symmetric=True)
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        quantize(args.pop("w"), **args)
+
+
+def test_weight_arrays_are_read_only_copies(rng):
+    packed = rng.integers(0, 256, (2, 1, 16), dtype=np.uint8)
+    scales = np.ones((2, 1), np.float16)
+    w = QuantizedWeight(packed, scales, K=32, N=2, block_size=32)
+    before = w.dequantize()
+    packed[:] = 0
+    scales[:] = 5  # the caller's arrays change; the weight does not
+    np.testing.assert_array_equal(w.dequantize(), before)
+    for array in (w.packed, w.scales):
+        with pytest.raises(ValueError, match="read-only"):
+            array[...] = 1
+    q = quantize(rng.standard_normal((2, 32)).astype(np.float32), symmetric=False)
+    with pytest.raises(ValueError, match="read-only"):
+        q.zero_points[0, 0] = 3
+
+
+def test_bf16_weights_from_bf16_scales_or_quantize(rng):
+    import ml_dtypes
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    w = quantize(x, 32, dtype="bfloat16")
+    assert w.dtype == "bfloat16" and w.scales.dtype == ml_dtypes.bfloat16
+    err = np.abs(w.dequantize(np.float64) - x)
+    step = np.repeat(np.abs(w.scales.astype(np.float64)), 32, axis=1)
+    assert np.all(err <= step + 1e-6)
+    again = QuantizedWeight(w.packed, w.scales, K=64, N=3, block_size=32)
+    assert again.dtype == "bfloat16" and "bfloat16" in repr(again)
+    with pytest.raises(TypeError, match="scales are bfloat16 but dtype='float16'"):
+        QuantizedWeight(w.packed, w.scales, K=64, N=3, block_size=32, dtype="float16")
+
+
+def test_from_device_shares_the_callers_memory(rng):
+    from numba import cuda
+    w = quantize(rng.standard_normal((4, 64)).astype(np.float32), 32, symmetric=False)
+    d_packed, d_scales, d_zp = (cuda.to_device(np.ascontiguousarray(x)) for x in
+                                (w.packed, w.scales, w.zero_points))
+    dw = QuantizedWeight.from_device(d_packed, d_scales, d_zp, K=64, N=4, block_size=32)
+    assert dw.dtype == "float16" and dw.has_zero_points and dw.is_on_device
+    np.testing.assert_array_equal(dw.dequantize(), w.dequantize())
+    d_scales.copy_to_device(np.ascontiguousarray(w.scales) * np.float16(2))  # changes are seen
+    np.testing.assert_allclose(dw.dequantize(), 2 * w.dequantize())
+
+
+@pytest.mark.parametrize("case, exc, match", [
+    ("host packed", TypeError, "packed must be a device array"),
+    ("transposed", ValueError, "packed must have shape"),
+    ("fp32 scales", TypeError, "scales must be float16"),
+    ("K float", TypeError, "K must be an int"),
+])
+def test_from_device_refuses_bad_arrays_by_name(rng, case, exc, match):
+    from numba import cuda
+    packed = cuda.to_device(np.zeros((2, 2, 16), np.uint8))
+    scales = cuda.to_device(np.ones((2, 2), np.float16))
+    kw = dict(K=64, N=2, block_size=32)
+    args = {"host packed": (np.zeros((2, 2, 16), np.uint8), scales),
+            "transposed": (cuda.to_device(np.zeros((32, 2), np.uint8)), scales),
+            "fp32 scales": (packed, cuda.to_device(np.ones((2, 2), np.float32))),
+            "K float": (packed, scales)}[case]
+    if case == "K float":
+        kw["K"] = 64.0
+    with pytest.raises(exc, match=match):
+        QuantizedWeight.from_device(*args, **kw)
+
+
+def test_reference_computes_bf16_exactly_in_float64(rng):
+    import ml_dtypes
+
+    from int4gemv import reference_gemv
+    w = quantize(rng.standard_normal((3, 64)).astype(np.float32), 32, dtype="bfloat16")
+    a = rng.standard_normal((2, 64)).astype(ml_dtypes.bfloat16)
+    bias = rng.standard_normal(3).astype(ml_dtypes.bfloat16)
+    want = a.astype(np.float64) @ w.dequantize(np.float64).T + bias.astype(np.float64)
+    np.testing.assert_array_equal(reference_gemv(a, w, bias), want)

@@ -16,14 +16,16 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from numba import config, cuda
+from numba import cuda
+
+from ..device import simulated
 
 __all__ = ["int_as_float", "half2_fma", "half2_sum", "wait_for_previous_grid",
            "allow_next_grid", "prefetch_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
 FULL_MASK = 0xFFFFFFFF
-SIMULATED = bool(config.ENABLE_CUDASIM)
+SIMULATED = simulated()
 
 if SIMULATED:
 

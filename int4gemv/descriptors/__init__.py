@@ -1,0 +1,2 @@
+"""One descriptor module per kernel (see :mod:`int4gemv.descriptor`); :mod:`int4gemv.registry`
+collects them."""

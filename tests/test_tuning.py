@@ -1,0 +1,129 @@
+"""Tunings as data: the Tuning value, the one resolution with its precedence, and explain()'s
+account of where each field came from. Pure host logic except the last tests (simulator)."""
+
+import numpy as np
+import pytest
+
+import int4gemv as ig
+from int4gemv.tuning import COLS, LEGACY, PRIMARY, UNROLL, Tuning, resolve_tuning
+
+
+def resolve(env, **kwargs):
+    return resolve_tuning(environ=env, **kwargs)
+
+
+@pytest.mark.parametrize("env, variant, want, source", [
+    ({}, None, "default", "default"),
+    ({PRIMARY: "1"}, None, "single_warp", PRIMARY),
+    ({PRIMARY: "0"}, None, "default", PRIMARY),
+    ({PRIMARY: "auto"}, None, "auto", PRIMARY),
+    ({PRIMARY: " AUTO "}, None, "auto", PRIMARY),
+    ({LEGACY: "1"}, None, "single_warp", LEGACY),
+    ({LEGACY: "0"}, None, "default", LEGACY),
+    ({PRIMARY: "1", LEGACY: "1"}, None, "single_warp", PRIMARY),
+    ({PRIMARY: "0", LEGACY: "1"}, None, "default", PRIMARY),
+    ({PRIMARY: "1", LEGACY: "0"}, None, "single_warp", PRIMARY),
+    ({PRIMARY: "1"}, "default", "default", "argument variant="),
+    ({LEGACY: "1"}, "default", "default", "argument variant="),
+    ({}, "single_warp", "single_warp", "argument variant="),
+    ({PRIMARY: "0"}, "auto", "auto", "argument variant="),
+])
+def test_variant_precedence(env, variant, want, source):
+    r = resolve(env, variant=variant)
+    assert r.tuning.variant == want and r.source("variant").startswith(source)
+
+
+def test_disagreement_warns_naming_both_and_primary_wins():
+    r = resolve({PRIMARY: "0", LEGACY: "1"})
+    assert r.tuning.variant == "default"
+    assert len(r.warnings) == 1 and PRIMARY in r.warnings[0] and LEGACY in r.warnings[0]
+    assert resolve({PRIMARY: "1", LEGACY: "1"}).warnings == ()
+    assert resolve({PRIMARY: "0", LEGACY: "1"}, variant="default").warnings  # still reported
+
+
+@pytest.mark.parametrize("env, name", [
+    ({PRIMARY: "yes"}, PRIMARY), ({PRIMARY: ""}, PRIMARY), ({LEGACY: "auto"}, LEGACY),
+    ({LEGACY: "2"}, LEGACY), ({COLS: "3"}, COLS), ({COLS: "four"}, COLS), ({UNROLL: "16"}, UNROLL),
+])
+def test_invalid_environment_names_the_variable_and_accepted_values(env, name):
+    with pytest.raises(ValueError, match=name) as info:
+        resolve(env)
+    assert "accepted values" in str(info.value)
+
+
+def test_environment_sets_cols_and_unroll_and_names_itself():
+    r = resolve({COLS: "2", UNROLL: "8"}, variant="single_warp")
+    assert (r.tuning.cols, r.tuning.unroll) == (2, 8)
+    assert r.source("cols") == f"{COLS}=2" and r.source("unroll") == f"{UNROLL}=8"
+
+
+def test_a_given_tuning_is_used_as_given_and_reads_no_environment():
+    env = {PRIMARY: "garbage", COLS: "3"}  # would be refused if it were read
+    t = Tuning("single_warp", cols=2, unroll=4)
+    assert resolve(env, tuning=t).tuning is t
+    assert resolve(env, tuning="auto").tuning == Tuning("auto")
+    assert resolve(env, tuning=t).source("cols") == "argument tuning="
+
+
+def test_environment_is_read_at_call_time(monkeypatch):
+    assert resolve_tuning().tuning.variant == "default"
+    monkeypatch.setenv(PRIMARY, "1")
+    assert resolve_tuning().tuning.variant == "single_warp"
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(variant="fast"), ValueError, "Tuning.variant"),
+    (dict(variant=1), ValueError, "Tuning.variant"),
+    (dict(cols=3), ValueError, "Tuning.cols must be one of"),
+    (dict(cols=2.0), TypeError, "Tuning.cols must be an int"),
+    (dict(cols=True), TypeError, "Tuning.cols must be an int"),
+    (dict(unroll=16), ValueError, "Tuning.unroll must be one of"),
+    (dict(unroll="4"), TypeError, "Tuning.unroll must be an int"),
+    (dict(activations="shared"), ValueError, "Tuning.activations"),
+    (dict(pdl=1), TypeError, "Tuning.pdl must be a bool"),
+    (dict(prefetch="yes"), TypeError, "Tuning.prefetch must be a bool"),
+    (dict(prefetch=True), ValueError, "Tuning.prefetch needs pdl=True"),
+])
+def test_tuning_checks_itself_naming_the_field(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        Tuning(**kwargs)
+
+
+def test_tuning_is_frozen_hashable_and_equal_by_value():
+    t = Tuning("single_warp", np.int64(4), 2, "streaming", True, True)
+    assert t == Tuning("single_warp", 4, 2, "streaming", True, True) and type(t.cols) is int
+    assert hash(t) == hash(Tuning("single_warp", 4, 2, "streaming", True, True))
+    assert len({t, Tuning("single_warp", 4, 2, "streaming", True, True), Tuning()}) == 2
+    with pytest.raises(AttributeError):
+        t.cols = 8
+
+
+@pytest.mark.parametrize("variant", ["fast", 1, ["single_warp"]])
+def test_invalid_variant_keyword(variant):
+    with pytest.raises(ValueError, match="variant"):
+        resolve({}, variant=variant)
+
+
+def test_tuning_and_shorthands_are_exclusive():
+    with pytest.raises(TypeError, match="not both"):
+        resolve({}, tuning=Tuning(), pdl=True)
+
+
+def test_explain_shows_every_field_and_its_source(rng, monkeypatch):
+    w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
+    a = rng.standard_normal(64).astype(np.float16)
+    monkeypatch.setenv(PRIMARY, "1")
+    monkeypatch.setenv(COLS, "2")
+    plan = ig.explain(a, w)
+    rows = {name: (value, source) for name, value, source in plan.sources}
+    assert rows["variant"] == ("single_warp", f"{PRIMARY}=1")
+    assert rows["cols"] == (2, f"{COLS}=2")
+    assert rows["unroll"][1] == "single_warp kernel's choice"
+    assert rows["pdl"] == (False, "default")
+    text = str(plan)
+    assert f"{COLS}=2" in text and "kernel's choice" in text
+    given = ig.explain(a, w, tuning=Tuning("single_warp", cols=1, unroll=2))
+    assert dict((n, s) for n, _, s in given.sources)["cols"] == "argument tuning="
+    assert (given.cols, given.unroll) == (1, 2)
+    fallback = ig.explain(a, w, tuning=Tuning("default", cols=2))
+    assert "not used by the default kernel" in dict((n, s) for n, _, s in fallback.sources)["cols"]
