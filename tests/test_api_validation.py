@@ -111,13 +111,13 @@ def test_weight_must_be_a_quantized_weight(rng, no_launch):
         ig.gemv(rng.standard_normal(64).astype(np.float16), np.zeros((8, 64)))
 
 
-def test_bf16_weight_refuses_fp16_activations_and_has_no_kernel_yet(rng, no_launch):
+def test_bf16_weight_refuses_mixed_dtypes_naming_the_argument(rng, no_launch):
     w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32, dtype="bfloat16")
     assert w.dtype == "bfloat16"
     with pytest.raises(TypeError, match="a must be bfloat16; got float16"):
         ig.gemv(rng.standard_normal(64).astype(np.float16), w)
-    with pytest.raises(ValueError, match="no kernel serves this call: default: activations are bfloat16"):
-        ig.gemv(rng.standard_normal(64).astype(BF16), w)
+    with pytest.raises(TypeError, match="bias must be bfloat16"):
+        ig.gemv(rng.standard_normal(64).astype(BF16), w, bias=np.zeros(8, np.float16))
 
 
 def test_bad_environment_is_refused_before_launch(w, rng, no_launch, monkeypatch):

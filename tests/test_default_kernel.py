@@ -169,3 +169,22 @@ def test_config_validates_itself():
         DefaultConfig("float16", 1, 32, False, cols=2.0)
     with pytest.raises(ValueError, match="lanes"):
         DefaultConfig("float16", 1, 32, False, lanes=3)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("M", [1, 3, 16])
+def test_through_gemv_every_dtype_and_batch(rng, dtype, M):
+    # The public path: quantize in the dtype, gemv on host arrays, default tiling (no env set).
+    w = ig.quantize(rng.standard_normal((11, 200)).astype(np.float32), 64, symmetric=False,
+                    dtype=dtype)
+    a = rng.standard_normal((M, 200)).astype(DTYPES[dtype])
+    bias = rng.standard_normal(11).astype(DTYPES[dtype])
+    plan = ig.explain(a, w, bias=bias)
+    assert plan.kernel == "default" and plan.config.M == M and plan.config.dtype == dtype
+    out = np.full((M, 11), np.nan, DTYPES[dtype])
+    y = ig.gemv(a, w, bias=bias, out=out)
+    assert y is out and y.dtype == DTYPES[dtype]
+    y = y.astype(np.float64)
+    assert np.all(np.isfinite(y))
+    ref, size = reference(a, w, bias, dtype)
+    assert np.max(np.abs(y - ref) / (size + np.abs(bias.astype(np.float64)))) <= TOL[dtype]

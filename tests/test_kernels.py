@@ -81,9 +81,9 @@ def test_default_tiling_bias_and_batch(rng):
     check(y, a, w, bias)
 
 
-def test_default_tiling_spans_several_k_tiles(rng, monkeypatch):
-    from int4gemv.kernels import default
-    a, w = make(rng, 3, default.TILE_K + 40, 32, symmetric=False)
+def test_default_tiling_spans_several_chunks_per_lane(rng):
+    # 33 chunks of 32 over 32 lanes: lane 0 takes two, one in a partial unrolled step.
+    a, w = make(rng, 3, 1024 + 40, 32, symmetric=False)
     check(run(a, w), a, w)
 
 

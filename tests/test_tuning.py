@@ -125,5 +125,7 @@ def test_explain_shows_every_field_and_its_source(rng, monkeypatch):
     given = ig.explain(a, w, tuning=Tuning("single_warp", cols=1, unroll=2))
     assert dict((n, s) for n, _, s in given.sources)["cols"] == "argument tuning="
     assert (given.cols, given.unroll) == (1, 2)
-    fallback = ig.explain(a, w, tuning=Tuning("default", cols=2))
-    assert "not used by the default kernel" in dict((n, s) for n, _, s in fallback.sources)["cols"]
+    fallback = ig.explain(a, w, tuning=Tuning("default", cols=2, activations="streaming"))
+    sources = dict((n, s) for n, _, s in fallback.sources)
+    assert fallback.config.cols == 2 and sources["cols"] == "argument tuning="
+    assert "not used by the default kernel" in sources["activations"]

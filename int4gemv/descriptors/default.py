@@ -1,50 +1,57 @@
 """The default tiling (:mod:`int4gemv.kernels.default`) as the pipeline sees it.
 
-Eligibility: float16 activations (bfloat16 arrives with the rewritten default kernel); every block
-size, zero points, bias, any N, K a multiple of 8, batch M 1..16 (``grid.y``). It has no
-programmatic wait point, so ``Tuning.pdl``/``prefetch`` are not used; nor are the single-warp
-fields ``cols``, ``unroll`` and ``activations``.
+Eligibility: every supported problem — float16 or bfloat16, block sizes 16/32/64/128, zero
+points, bias, any N, K a multiple of 8, batch M 1..16 in one launch that reads the weight once.
+Configuration: :func:`~int4gemv.kernels.default.choose_config` fills what the
+:class:`~int4gemv.tuning.Tuning` leaves open; ``Tuning.cols`` (columns per lane per step: 1, 2,
+4 or 8) and ``Tuning.unroll`` (chunks per lane per step: 1, 2 or 4) are honoured; ``pdl``,
+``prefetch`` and ``activations`` are single-warp fields the default tiling does not use.
+Activations are read 16 bytes at a time when their address is 16-byte aligned, else 2 bytes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
+
+import numpy as np
 
 from ..descriptor import KernelDescriptor, Launch
 from ..kernels import default as tiling
 
-__all__ = ["DESCRIPTOR", "DefaultTilingConfig"]
-
-
-@dataclass(frozen=True)
-class DefaultTilingConfig:
-    """The default tiling's fixed configuration: one warp per column, ``columns_per_block``
-    columns per block, K staged in tiles of ``tile_k`` activations."""
-
-    columns_per_block: int = tiling.COLS_PER_BLOCK
-    tile_k: int = tiling.TILE_K
+__all__ = ["DESCRIPTOR", "eligibility"]
 
 
 def eligibility(problem):
-    if problem.dtype != "float16":
-        return False, (f"activations are {problem.dtype}; the default tiling serves float16 only "
-                       f"(bfloat16 comes with the rewritten default kernel)")
-    return True, "float16, every block size, zero points, bias, M 1..16, K % 8 == 0"
+    return True, "every dtype, block size, zero points, bias, M 1..16, K % 8 == 0"
 
 
 def configure(problem, tuning, multiprocessors):
-    grid, block, shared = tiling.geometry(problem.M, problem.N)
-    return DefaultTilingConfig(), grid, block, shared
+    if tuning.cols is not None and tuning.cols not in tiling.COLS:
+        raise ValueError(f"tuning cols={tuning.cols} is not a default-tiling column count; "
+                         f"accepted: {tiling.COLS}")
+    if tuning.unroll is not None and tuning.unroll not in tiling.UNROLLS:
+        raise ValueError(f"tuning unroll={tuning.unroll} is not a default-tiling unroll; "
+                         f"accepted: {tiling.UNROLLS}")
+    config = tiling.choose_config(problem.M, problem.N, problem.K, problem.block_size,
+                                  problem.dtype, problem.zero_points,
+                                  act_aligned16=problem.act_align >= 16, cols=tuning.cols,
+                                  multiprocessors=multiprocessors, pdl=tuning.pdl)
+    if tuning.unroll is not None:
+        config = replace(config, unroll=tuning.unroll)
+    grid, block = tiling.geometry(config, problem.N, multiprocessors)
+    return config, grid, block, 0
 
 
 def bind(plan, ops):
     p, d = plan.problem, ops.weight
     bias = ops.bias if p.bias else d["no_bias"]
-    args = (ops.act.reshape(p.M, p.K), d["words"], d["words_flat"], d["scales"], d["zero_points"],
-            p.zero_points, bias, p.bias, ops.out.reshape(p.M, p.N), p.K, p.block_size)
-    return Launch(tiling.default_kernel, args, plan.grid, plan.block)
+    args = (ops.act.view(np.uint16), d["packed"], d["scales_flat"], d["zero_points_flat"], bias,
+            p.bias, ops.out, p.K, p.N)
+    return Launch(tiling.default_kernel(plan.config), args, plan.grid, plan.block,
+                  programmatic=plan.config.pdl)
 
 
 DESCRIPTOR = KernelDescriptor(
-    name="default", summary="multi-warp default tiling (one warp per column, 8 per block)",
+    name="default",
+    summary="multi-warp default tiling (16-byte loads, every block size, M 1..16, fp16/bf16)",
     eligibility=eligibility, configure=configure, bind=bind)

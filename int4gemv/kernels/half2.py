@@ -6,7 +6,7 @@ is the half2 ``(1024 + q0, 1024 + q4)`` exactly (fp16 has a unit step between 10
 ``e2, e6`` and ``e3, e7``. One ``fma.rn.f16x2`` per pair turns those into ``q - zp`` exactly
 (``h * 1 - (1024 + zp)`` or ``h / 16 - (64 + zp)``, all exact in fp16), and one more multiplies by
 the activation pair and accumulates: about 13 instructions per 8 elements (1 shift, 4 LOP3,
-8 HFMA2), against 2.9 per element for the float32 path of :mod:`.nibbles`. The activations are
+8 HFMA2), against about 2.9 per element for a float32 nibble path. The activations are
 paired the same way, ``(a0, a4), (a1, a5), (a2, a6), (a3, a7)``, once per word they are loaded.
 
 Precision: each half of the half2 accumulator sums 8 products ``a * (q - zp)`` (exact
