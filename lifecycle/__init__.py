@@ -14,8 +14,10 @@ from .errors import (
     DeviceMismatchError,
     DriverError,
     GraphStateError,
+    HostFunctionError,
     LifecycleError,
     StreamError,
+    UnclosedProviderWarning,
     UnknownGraphError,
 )
 from .faults import FaultInjectingDriver
@@ -32,5 +34,5 @@ __all__ = [
     "CaptureStatus", "CaptureMode", "STREAM_LEGACY", "STREAM_PER_THREAD",
     "numba_provider", "hold_deallocations",
     "LifecycleError", "DriverError", "CaptureError", "GraphStateError", "UnknownGraphError",
-    "StreamError", "DeviceMismatchError", "ClosedError",
+    "StreamError", "DeviceMismatchError", "ClosedError", "HostFunctionError", "UnclosedProviderWarning",
 ]

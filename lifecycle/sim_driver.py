@@ -10,12 +10,17 @@ What it models (each is a rule lifecycle's tests rely on, and each is exercised 
 * **Asynchronous streams**: one worker thread per stream runs its operations in order;
   ``stream_synchronize``/``event_synchronize`` wait (bounded by ``timeout``).
 * **Capture**: stream-ordered calls on a capturing stream are recorded, not run. Capture of the
-  legacy stream is refused. Captures are thread-local: a *potentially unsafe* call (host/device
-  allocation or free, synchronization, module load) from the capturing thread, unless it switched
-  to relaxed mode, returns ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates the capture;
-  synchronizing a capturing stream from any thread does the same. ``stream_end_capture`` from
-  another thread fails with ``..._WRONG_THREAD``; after invalidation it fails with
-  ``..._INVALIDATED`` and leaves the stream out of capture.
+  legacy stream is refused. *Potentially unsafe* calls (pinned and device allocation and free,
+  ``cuStreamSynchronize``/``cuEventSynchronize``/``cuCtxSynchronize``, ``cuGraphInstantiate``,
+  module load) follow the CUDA capture-mode rules: a thread in interaction mode ``GLOBAL`` (the
+  default) is refused them while it has a capture of its own begun in a mode other than
+  ``RELAXED``, or while any thread has a capture begun in ``GLOBAL`` mode; a thread in
+  ``THREAD_LOCAL`` mode only while it has such a capture of its own; a thread in ``RELAXED`` mode
+  never. A refused call returns ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`` and invalidates the
+  captures that refused it. Synchronizing a capturing stream from any thread, in any mode, does
+  the same. ``stream_end_capture`` from another thread fails with ``..._WRONG_THREAD`` (unless the
+  capture was begun ``RELAXED``); after invalidation it fails with ``..._INVALIDATED`` and leaves
+  the stream out of capture.
 * **Pinned memory**: real host memory (so numpy views work); freed blocks are poisoned but kept,
   so a later read by a queued copy is *recorded* in :attr:`SimDriver.violations` instead of
   crashing, and no address is ever reused.
@@ -166,17 +171,24 @@ class SimDriver:
                 if s.capture is not None and s.capture.status is CaptureStatus.ACTIVE]
 
     def _unsafe(self, call):
-        """A potentially unsafe call: prohibited (and invalidating) while the calling thread has a
-        thread-local capture open, unless the thread is in relaxed mode. Other threads' captures
-        do not matter (every capture here is thread-local)."""
-        if self._mode() is CaptureMode.RELAXED:
+        """A potentially unsafe call, under the capture-mode rules of the module docstring: when
+        the calling thread is prohibited from it, every capture that prohibits it is invalidated
+        and the call fails."""
+        mode = self._mode()
+        if mode is CaptureMode.RELAXED:
             return
         me = threading.get_ident()
         with self._cv:
-            mine = [s for s in self._capturing_streams() if s.capture.thread == me]
-            for s in mine:
-                s.capture.status = CaptureStatus.INVALIDATED
-            if mine:
+            blocking = []
+            for s in self._capturing_streams():
+                cap = s.capture
+                if cap.thread == me and cap.mode is not CaptureMode.RELAXED:
+                    blocking.append(cap)
+                elif cap.thread != me and mode is CaptureMode.GLOBAL and cap.mode is CaptureMode.GLOBAL:
+                    blocking.append(cap)
+            for cap in blocking:
+                cap.status = CaptureStatus.INVALIDATED
+            if blocking:
                 self._fail(call, R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
 
     def _need_ctx(self, call):
@@ -264,6 +276,15 @@ class SimDriver:
     def ctx_get_device(self) -> int:
         return self._device_of_ctx[self._need_ctx("cuCtxGetDevice")]
 
+    def ctx_synchronize(self) -> None:
+        ctx = self._need_ctx("cuCtxSynchronize")
+        self._unsafe("cuCtxSynchronize")
+        with self._cv:
+            targets = [(s, s.enqueued) for s in list(self._streams.values()) + list(self._special.values())
+                       if s.ctx == ctx]
+        for s, target in targets:
+            self._wait("cuCtxSynchronize", s, target)
+
     # -- streams and capture ------------------------------------------------------------------
     def stream_create(self) -> int:
         ctx = self._need_ctx("cuStreamCreate")
@@ -294,14 +315,14 @@ class SimDriver:
         self._unsafe("cuStreamSynchronize")
         self._wait("cuStreamSynchronize", s, target)
 
-    def stream_begin_capture(self, stream: int) -> None:
+    def stream_begin_capture(self, stream: int, mode: CaptureMode = CaptureMode.THREAD_LOCAL) -> None:
         s = self._stream("cuStreamBeginCapture", stream)
         with self._cv:
             if s.legacy:
                 self._fail("cuStreamBeginCapture", R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
             if s.capture is not None:
                 self._fail("cuStreamBeginCapture", R.CUDA_ERROR_ILLEGAL_STATE)
-            s.capture = _Capture(threading.get_ident(), CaptureMode.THREAD_LOCAL)
+            s.capture = _Capture(threading.get_ident(), CaptureMode(int(mode)))
 
     def stream_end_capture(self, stream: int):
         s = self._stream("cuStreamEndCapture", stream, check_ctx=False)
@@ -330,6 +351,7 @@ class SimDriver:
 
     # -- graphs ------------------------------------------------------------------------------
     def graph_instantiate(self, graph):
+        self._unsafe("cuGraphInstantiate")
         with self._cv:
             if self._graphs.get(id(graph)) is not graph:
                 self._fail("cuGraphInstantiate", R.CUDA_ERROR_INVALID_VALUE)
