@@ -31,6 +31,7 @@ from .driver import Driver
 from .errors import GraphStateError, attach_cleanup_errors
 from .record import GraphState
 from .registry import Counters, Registry, check_graph_id
+from .streams import claims
 
 __all__ = ["GraphProvider", "Counters"]
 
@@ -161,7 +162,7 @@ class GraphProvider:
         graph_id, reg = check_graph_id(graph_id), self._reg
         with reg.lock:
             record = reg.ready(graph_id, "replay")
-            with reg.ctx.current():
+            with reg.ctx.current(), claims.use(record.stream, f"replay graph {graph_id}"):
                 reg.check_not_capturing(record.stream, f"replay graph {graph_id}")
                 if record.eager:
                     self._run_eager(record)

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import streams
 from .driver import STREAM_PER_THREAD, Driver
 from .staging import PinnedBuffer
 
@@ -98,11 +99,11 @@ class GraphRecord:
         any other thread, which cannot name another thread's per-thread default stream.
         """
         if not self.eager:
-            return [functools.partial(driver.stream_synchronize, self.stream)]
+            return [functools.partial(streams.synchronize, driver, self.stream)]
         me, steps, foreign = threading.get_ident(), [], False
         for stream, thread in sorted(self.unmarked, key=repr):
             if thread is None or thread == me:
-                steps.append(functools.partial(driver.stream_synchronize, stream))
+                steps.append(functools.partial(streams.synchronize, driver, stream))
             else:
                 foreign = True
         if foreign:

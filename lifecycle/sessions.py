@@ -17,7 +17,7 @@ from .driver import CaptureMode, CaptureStatus, Driver
 from .errors import CaptureError, GraphStateError, attach_cleanup_errors
 from .record import GraphRecord, GraphState
 from .registry import Registry
-from .streams import check_capture_stream
+from .streams import check_capture_stream, claims
 
 __all__ = ["Session", "begin", "end", "abort", "warm_up", "refuse_on_capturing_thread",
            "end_abandoned_capture", "exit_guard"]
@@ -66,15 +66,20 @@ def begin(reg: Registry, graph_id: int, stream, step, guard_factory) -> Capture:
         check_capture_stream(handle, graphs_enabled=reg.graphs_enabled)
         prev = reg.ctx.enter()
         guard = guard_factory()
-        entered = False
+        entered = claimed = False
         try:
             reg.check_stream(handle, f"capture graph {graph_id}")
+            if reg.graphs_enabled:
+                claims.claim_capture(handle, graph_id)
+                claimed = True
             guard.__enter__()
             entered = True
             if reg.graphs_enabled:
                 reg.driver.stream_begin_capture(handle, CaptureMode.THREAD_LOCAL)
         except BaseException as exc:
             attach_cleanup_errors(exc, exit_guard(guard, exc) if entered else [])
+            if claimed:
+                claims.release_capture(handle)
             reg.ctx.restore(prev, exc)
             raise
         record = GraphRecord(graph_id, handle, eager=not reg.graphs_enabled, owner=reg.token, step=step)
@@ -159,7 +164,10 @@ def _discard(reg: Registry, session: Session, error: BaseException) -> None:
 
 
 def _close_session(session: Session) -> None:
-    _thread.open = [s for s in _open_here() if s is not session]
+    """The capture is over (ended or abandoned): off this thread's list, its stream unclaimed."""
+    if any(s is session for s in _open_here()):
+        _thread.open = [s for s in _open_here() if s is not session]
+        claims.release_capture(session.record.stream)
 
 
 def _finish(reg: Registry, session: Session, error: BaseException | None) -> None:
@@ -194,7 +202,7 @@ def warm_up(reg: Registry, graph_id: int, step: Callable[[Capture], None], strea
             reg.check_stream(handle, f"warm up graph {graph_id}")  # before the step touches it
         reg.hold()
     try:
-        with reg.ctx.current():
+        with reg.ctx.current(), claims.use(handle, f"warm up graph {graph_id}"):
             scratch = GraphRecord(graph_id, handle, eager=True, owner=reg.token)  # never registered
             scratch.mark_issuing()
             cap = Capture(reg.driver, scratch, reg.device, relaxed=False, host_errors=reg.host_errors)

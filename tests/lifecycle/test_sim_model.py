@@ -192,3 +192,26 @@ def test_check_turns_results_into_values_or_named_errors():
     assert (info.value.call, info.value.code) == ("cuStreamEndCapture", 901)
     with pytest.raises(DriverError, match=r"CUresult\(123456\)"):
         check("cuY", 123456)
+
+
+def test_fault_rotation_fails_each_method_in_turn_until_stopped(sim):
+    drv = FaultInjectingDriver(sim)
+    drv.rotate(["stream_create", "event_create"], gap=1)
+    outcomes, made = [], []
+    for _ in range(4):
+        for name in ("stream_create", "event_create"):
+            try:
+                made.append((name, getattr(drv, name)()))
+                outcomes.append(".")
+            except DriverError as exc:
+                assert exc.injected
+                outcomes.append(name[0])
+    assert "".join(outcomes) == "s..e..s."
+    drv.stop()
+    assert [e.call for e in drv.injected] == ["cuStreamCreate", "cuEventCreate", "cuStreamCreate"]
+    made.append(("stream_create", drv.stream_create()))  # stopped: no more faults
+    for name, handle in made:
+        (drv.stream_destroy if name == "stream_create" else drv.event_destroy)(handle)
+    assert drv.live_resources() == {}
+    with pytest.raises(ValueError, match="rotate needs driver method names"):
+        drv.rotate(["cuStreamCreate"])
