@@ -208,7 +208,7 @@ class GraphProvider:
         with reg.lock:
             sessions.refuse_on_capturing_thread(f"{op} graph {graph_id}")
             record = reg.ready(graph_id, op)
-            with reg.ctx.current():
+            with reg.ctx.current(), claims.use(record.stream, f"{op} graph {graph_id}"):
                 reg.check_not_capturing(record.stream, f"{op} graph {graph_id}")
             steps = record.wait_steps(reg.driver)
             record.releasing = release  # a release refuses new work on the id from here on

@@ -25,29 +25,42 @@ WAIT = 20.0
 
 
 def test_queries_answer_during_a_long_synchronize_and_host_functions_may_query(backend):
-    s, dst, gate, seen = backend.stream(), backend.zeros(8), threading.Event(), []
+    s, dst, go, gate, seen = backend.stream(), backend.zeros(8), threading.Event(), threading.Event(), []
     with backend.provider() as p:
-        def block():  # a driver thread: queries the provider, then waits (bounded)
-            seen.append((p.state(7), p.graph_ids(), p.counters.graphs_alive))
+        def block():  # a driver thread: once the synchronize waits, query the provider, then wait
+            if go.wait(WAIT):
+                seen.append((p.state(7), p.graph_ids(), p.counters.graphs_alive))
             gate.wait(WAIT)
 
         with p.capture(7, stream=s) as cap:
             cap.host_func(block)
             cap.copy_to_device(dst, cap.stage(np.ones(8, np.float32)))
         p.replay(7)
-        syncer = threading.Thread(target=p.synchronize, args=(7,))
+        errors = []
+        syncer = threading.Thread(target=lambda: errors.append(_error_of(p.synchronize, 7)))
         syncer.start()
         time.sleep(0.1)
         answered = []
         asker = threading.Thread(target=lambda: answered.append(p.state(7)))
         asker.start()
         asker.join(5)
+        got = list(answered)  # before the synchronize can end
+        go.set()
+        time.sleep(0.1)
         gate.set()
         syncer.join(WAIT)
-        assert answered == [GraphState.READY], "state() waited behind a synchronize"
-        assert seen == [(GraphState.READY, (7,), 1)]
-        assert not syncer.is_alive()
+        assert got == [GraphState.READY], "state() waited behind a synchronize"
+        assert seen == [(GraphState.READY, (7,), 1)], "a host function could not query the provider"
+        assert errors == [None] and not syncer.is_alive()
     backend.assert_clean()
+
+
+def _error_of(fn, *args):
+    try:
+        fn(*args)
+    except Exception as exc:
+        return exc
+    return None
 
 
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
