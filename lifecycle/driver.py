@@ -1,8 +1,8 @@
 """The driver seam: every CUDA call lifecycle makes, and nothing more.
 
 :class:`Driver` is the interface. :class:`~lifecycle.real_driver.RealDriver` implements it over
-``cuda.bindings.driver``; :class:`~lifecycle.sim_driver.SimDriver` models it on the CPU;
-:class:`~lifecycle.faults.FaultInjectingDriver` wraps either and makes chosen calls fail.
+``cuda.bindings.driver``; :class:`~lifecycle.testing.sim_driver.SimDriver` models it on the CPU;
+:class:`~lifecycle.testing.faults.FaultInjectingDriver` wraps either and makes chosen calls fail.
 
 Handles (contexts, streams, events, pinned pointers) are plain ints; graphs and executable graphs
 are opaque objects. Every method raises :class:`~lifecycle.errors.DriverError` on failure; adapters

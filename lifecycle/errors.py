@@ -25,7 +25,7 @@ class DriverError(LifecycleError):
         call: the driver function, e.g. ``"cuStreamEndCapture"``.
         code: the ``CUresult`` as an int.
         name: the ``CUresult`` name, e.g. ``"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"``.
-        injected: ``True`` when a :class:`~lifecycle.faults.FaultInjectingDriver` made it up.
+        injected: ``True`` when a :class:`~lifecycle.testing.faults.FaultInjectingDriver` made it up.
     """
 
     def __init__(self, call: str, code: int, name: str, *, injected: bool = False, detail: str = ""):

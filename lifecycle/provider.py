@@ -28,7 +28,7 @@ from .capture import Capture
 from .context import ContextBinding
 from .disposal import finalize, teardown
 from .driver import Driver
-from .errors import GraphStateError, attach_cleanup_errors
+from .errors import attach_cleanup_errors
 from .record import GraphState
 from .registry import Counters, Registry, check_graph_id
 from .streams import claims
@@ -165,29 +165,9 @@ class GraphProvider:
             with reg.ctx.current(), claims.use(record.stream, f"replay graph {graph_id}"):
                 reg.check_not_capturing(record.stream, f"replay graph {graph_id}")
                 if record.eager:
-                    self._run_eager(record)
+                    sessions.run_eager(reg, record)
                 else:
                     reg.driver.graph_launch(record.graph_exec, record.stream)
-
-    def _run_eager(self, record):
-        if record.step is None:
-            raise GraphStateError(f"graph {record.graph_id} ran eagerly (graphs disabled) from a capture "
-                                  "block and has nothing to replay; use record(graph_id, step) instead")
-        reg = self._reg
-        cap = Capture(reg.driver, record, self.device, relaxed=False, host_errors=reg.host_errors,
-                      reuse=record.buffers)
-        record.mark_issuing()
-        try:
-            record.step(cap)
-        except BaseException as exc:
-            cap.expire()
-            try:
-                record.mark_run(reg.driver)
-            except Exception as cleanup:
-                attach_cleanup_errors(exc, [cleanup])
-            raise
-        cap.expire()
-        record.mark_run(reg.driver)
 
     def synchronize(self, graph_id: int) -> None:
         """Wait until the work of graph ``graph_id`` issued so far has finished (outside the

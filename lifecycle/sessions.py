@@ -19,7 +19,7 @@ from .record import GraphRecord, GraphState
 from .registry import Registry
 from .streams import check_capture_stream, claims
 
-__all__ = ["Session", "begin", "end", "abort", "warm_up", "refuse_on_capturing_thread",
+__all__ = ["Session", "begin", "end", "abort", "warm_up", "run_eager", "refuse_on_capturing_thread",
            "end_abandoned_capture", "exit_guard"]
 
 _thread = threading.local()  # .open: the sessions that really capture, opened by this thread
@@ -218,6 +218,28 @@ def warm_up(reg: Registry, graph_id: int, step: Callable[[Capture], None], strea
                 raise attach_cleanup_errors(errors[0], errors[1:])
     finally:
         reg.unhold()
+
+
+def run_eager(reg: Registry, record: GraphRecord) -> None:
+    """Graphs disabled: run a recorded step again, eagerly, reusing its first run's staging buffers.
+    An exception the step raises reaches the caller unchanged (cleanup errors attached)."""
+    if record.step is None:
+        raise GraphStateError(f"graph {record.graph_id} ran eagerly (graphs disabled) from a capture "
+                              "block and has nothing to replay; use record(graph_id, step) instead")
+    cap = Capture(reg.driver, record, reg.device, relaxed=False, host_errors=reg.host_errors,
+                  reuse=record.buffers)
+    record.mark_issuing()
+    try:
+        record.step(cap)
+    except BaseException as exc:
+        cap.expire()
+        try:
+            record.mark_run(reg.driver)
+        except Exception as cleanup:
+            attach_cleanup_errors(exc, [cleanup])
+        raise
+    cap.expire()
+    record.mark_run(reg.driver)
 
 
 def end_abandoned_capture(driver: Driver, record: GraphRecord) -> list[BaseException]:

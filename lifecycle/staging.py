@@ -74,12 +74,13 @@ class PinnedBuffer:
 
     __slots__ = ("_driver", "_ptr", "nbytes", "shape", "dtype", "graph_id", "owner", "__weakref__")
 
-    def __init__(self, driver: Driver, graph_id: int, shape, dtype, *, owner: object):
+    def __init__(self, driver: Driver, graph_id: int, shape, dtype, *, owner: object = None):
         """Describe the buffer; :meth:`allocate` then allocates it (so an owner can register the
         buffer first and never lose an allocation whose surrounding steps fail).
 
         ``owner`` is the token of the provider that owns the buffer: only it may read the buffer
-        in its captures and free it.
+        in its captures and free it. A buffer made outside any provider has no owner (``None``)
+        and is freed with a plain ``free()``.
         """
         try:
             self.dtype = np.dtype(dtype)
@@ -131,7 +132,7 @@ class PinnedBuffer:
                                  "(or never allocated)")
         return np.asarray(_HostMemory(self, self._ptr, self.shape, self.dtype))
 
-    def free(self, owner: object) -> None:
+    def free(self, owner: object = None) -> None:
         """Free the memory now (the provider calls this after the graph's stream is idle).
 
         ``owner`` must be the token of the owning provider: a buffer is never freed by another

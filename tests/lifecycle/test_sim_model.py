@@ -13,11 +13,10 @@ from lifecycle import (
     CaptureMode,
     CaptureStatus,
     DriverError,
-    FaultInjectingDriver,
     GraphState,
-    SimDriver,
     check,
 )
+from lifecycle.testing import FaultInjectingDriver, SimDriver
 
 
 @pytest.fixture
@@ -179,6 +178,13 @@ def test_fault_injector_fails_exactly_the_nth_call_and_tracks_resources(sim):
     assert drv.live_resources() == {}
     with pytest.raises(ValueError, match="unknown driver method"):
         drv.fail("cuStreamCreate")
+
+
+def test_the_testing_drivers_stay_importable_from_lifecycle():
+    import lifecycle
+    import lifecycle.testing
+    assert lifecycle.SimDriver is lifecycle.testing.SimDriver is SimDriver
+    assert lifecycle.FaultInjectingDriver is lifecycle.testing.FaultInjectingDriver is FaultInjectingDriver
 
 
 def test_check_turns_results_into_values_or_named_errors():

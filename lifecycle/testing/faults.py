@@ -15,8 +15,8 @@ import weakref
 
 from cuda.bindings.driver import CUresult
 
-from .driver import CALLS, Driver
-from .errors import DriverError
+from ..driver import CALLS, Driver
+from ..errors import DriverError
 
 __all__ = ["FaultInjectingDriver"]
 

@@ -29,6 +29,8 @@ What it models (each is a rule lifecycle's tests rely on, and each is exercised 
 
 Sim-only helpers for tests (not part of :class:`~lifecycle.driver.Driver`): :meth:`device_array`,
 :meth:`launch_kernel`, :meth:`kernel`, :meth:`live_resources`, :attr:`launches`, :meth:`close`.
+The parts live in :mod:`~lifecycle.testing.sim_objects`, :mod:`~lifecycle.testing.sim_graphs` and
+:mod:`~lifecycle.testing.sim_memory`.
 """
 
 from __future__ import annotations
@@ -41,90 +43,15 @@ import weakref
 import numpy as np
 from cuda.bindings.driver import CUresult as R
 
-from .driver import STREAM_LEGACY, STREAM_PER_THREAD, CaptureMode, CaptureStatus, check
+from ..driver import STREAM_LEGACY, STREAM_PER_THREAD, CaptureMode, CaptureStatus, check
+from .sim_graphs import SimGraphs
+from .sim_memory import SimMemory
+from .sim_objects import SimCapture, SimDeviceArray, SimGraph, SimKernel, SimStream
 
 __all__ = ["SimDriver", "SimDeviceArray", "SimKernel"]
 
-_POISON = 0xDB
 
-
-class _HostFuncHandle:
-    __slots__ = ("fn", "__weakref__")
-
-    def __init__(self, fn):
-        self.fn = fn
-
-
-class _Graph:
-    def __init__(self, ctx, ops):
-        self.ctx, self.ops = ctx, list(ops)
-
-
-class _Capture:
-    def __init__(self, thread, mode):
-        self.thread, self.mode, self.ops, self.status = thread, mode, [], CaptureStatus.ACTIVE
-
-
-class _Stream:
-    def __init__(self, sim, handle, ctx, *, legacy=False):
-        self.sim, self.handle, self.ctx, self.legacy = sim, handle, ctx, legacy
-        self.ops = collections.deque()
-        self.enqueued = self.completed = 0
-        self.capture = None
-        self.destroyed = False
-        self.worker = threading.Thread(target=self._run, daemon=True, name=f"sim-stream-{handle:#x}")
-        self.worker.start()
-
-    def _run(self):
-        cv = self.sim._cv
-        while True:
-            with cv:
-                while not self.ops and not self.destroyed:
-                    cv.wait(0.5)
-                if not self.ops:
-                    return
-                op = self.ops[0]
-            op()
-            with cv:
-                self.ops.popleft()
-                self.completed += 1
-                cv.notify_all()
-
-
-class SimDeviceArray:
-    """Simulated device memory with a ``__cuda_array_interface__`` (for tests)."""
-
-    def __init__(self, sim, ctx, shape, dtype):
-        self._sim, self.ctx = sim, ctx
-        self._host = np.zeros(shape, dtype)
-        self.shape, self.dtype, self.nbytes = self._host.shape, self._host.dtype, self._host.nbytes
-        self.ptr = self._host.ctypes.data
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
-                "strides": None, "version": 3}
-
-    def copy_to_host(self) -> np.ndarray:
-        """The current contents (synchronize the writing stream first)."""
-        return self._host.copy()
-
-
-class SimKernel:
-    """A kernel that, like a Numba kernel on first launch, loads its module lazily: the first
-    launch makes a potentially unsafe call (and so invalidates a capture it happens in)."""
-
-    def __init__(self, sim, fn):
-        self._sim, self.fn, self.loaded = sim, fn, False
-
-    def launch(self, stream: int, *args) -> None:
-        if not self.loaded:
-            self._sim._unsafe("cuModuleLoadData")
-            self.loaded = True
-        self._sim.launch_kernel(stream, self.fn, *args)
-
-
-class SimDriver:
+class SimDriver(SimGraphs, SimMemory):
     """CPU model of :class:`~lifecycle.driver.Driver`; see the module docstring for the rules.
 
     Args:
@@ -141,15 +68,15 @@ class SimDriver:
         self._ctx_of_device = {d: 0xC0000 + d * 0x100 for d in range(self.devices)}
         self._device_of_ctx = {c: d for d, c in self._ctx_of_device.items()}
         self._retains = collections.Counter()
-        self._streams: dict[int, _Stream] = {}
-        self._special: dict[tuple, _Stream] = {}
-        self._graphs: dict[int, _Graph] = {}
-        self._execs: dict[int, _Graph] = {}
+        self._streams: dict[int, SimStream] = {}
+        self._special: dict[tuple, SimStream] = {}
+        self._graphs: dict[int, SimGraph] = {}
+        self._execs: dict[int, SimGraph] = {}
         self._events: dict[int, list] = {}
         self._host: dict[int, np.ndarray] = {}
         self._freed_host: dict[int, np.ndarray] = {}
         self._device_mem: dict[int, SimDeviceArray] = {}
-        self._host_funcs: "weakref.WeakSet[_HostFuncHandle]" = weakref.WeakSet()
+        self._host_funcs: "weakref.WeakSet[HostFuncHandle]" = weakref.WeakSet()
         #: Every rule broken by the code under test (use-after-free, stale host function, ...).
         self.violations: list[str] = []
         #: ``(exec id, device)`` for every graph launch, in order.
@@ -205,7 +132,7 @@ class SimDriver:
             with self._cv:
                 s = self._special.get(key)
                 if s is None:
-                    s = self._special[key] = _Stream(self, next(self._ids), ctx,
+                    s = self._special[key] = SimStream(self, next(self._ids), ctx,
                                                      legacy=handle != STREAM_PER_THREAD)
             return s
         s = self._streams.get(handle)
@@ -234,15 +161,6 @@ class SimDriver:
             if not self._cv.wait_for(lambda: s.completed >= target, self.timeout):
                 self._fail(call, R.CUDA_ERROR_LAUNCH_TIMEOUT)
 
-    def _block(self, ptr, nbytes, table):
-        for base, mem in table.items():
-            if base <= ptr and ptr + nbytes <= base + mem.nbytes:
-                return base, mem
-        return None, None
-
-    def _violation(self, message):
-        with self._cv:
-            self.violations.append(message)
 
     # -- devices and contexts ------------------------------------------------------------------
     def init(self) -> None:
@@ -290,7 +208,7 @@ class SimDriver:
         ctx = self._need_ctx("cuStreamCreate")
         with self._cv:
             handle = next(self._ids)
-            self._streams[handle] = _Stream(self, handle, ctx)
+            self._streams[handle] = SimStream(self, handle, ctx)
         return handle
 
     def stream_destroy(self, stream: int) -> None:
@@ -322,7 +240,7 @@ class SimDriver:
                 self._fail("cuStreamBeginCapture", R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
             if s.capture is not None:
                 self._fail("cuStreamBeginCapture", R.CUDA_ERROR_ILLEGAL_STATE)
-            s.capture = _Capture(threading.get_ident(), CaptureMode(int(mode)))
+            s.capture = SimCapture(threading.get_ident(), CaptureMode(int(mode)))
 
     def stream_end_capture(self, stream: int):
         s = self._stream("cuStreamEndCapture", stream, check_ctx=False)
@@ -335,7 +253,7 @@ class SimDriver:
             s.capture = None
             if cap.status is CaptureStatus.INVALIDATED:
                 self._fail("cuStreamEndCapture", R.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-            graph = _Graph(s.ctx, cap.ops)
+            graph = SimGraph(s.ctx, cap.ops)
             self._graphs[id(graph)] = graph
         return graph
 
@@ -348,156 +266,6 @@ class SimDriver:
         previous = self._mode()
         self._tls.mode = CaptureMode(int(mode))
         return previous
-
-    # -- graphs ------------------------------------------------------------------------------
-    def graph_instantiate(self, graph):
-        self._unsafe("cuGraphInstantiate")
-        with self._cv:
-            if self._graphs.get(id(graph)) is not graph:
-                self._fail("cuGraphInstantiate", R.CUDA_ERROR_INVALID_VALUE)
-            if graph.ctx != self._thread_ctx():
-                self._fail("cuGraphInstantiate", R.CUDA_ERROR_INVALID_CONTEXT)
-            exe = _Graph(graph.ctx, graph.ops)
-            self._execs[id(exe)] = exe
-        return exe
-
-    def graph_launch(self, graph_exec, stream: int) -> None:
-        with self._cv:
-            if self._execs.get(id(graph_exec)) is not graph_exec:
-                self._fail("cuGraphLaunch", R.CUDA_ERROR_INVALID_HANDLE)
-            if graph_exec.ctx != self._thread_ctx():
-                self._fail("cuGraphLaunch", R.CUDA_ERROR_INVALID_CONTEXT)
-            self._enqueue("cuGraphLaunch", stream, graph_exec.ops)
-            self.launches.append((id(graph_exec), self._device_of_ctx[graph_exec.ctx]))
-
-    def graph_exec_destroy(self, graph_exec) -> None:
-        with self._cv:
-            if self._execs.pop(id(graph_exec), None) is not graph_exec:
-                self._fail("cuGraphExecDestroy", R.CUDA_ERROR_INVALID_VALUE)
-
-    def graph_destroy(self, graph) -> None:
-        with self._cv:
-            if self._graphs.pop(id(graph), None) is not graph:
-                self._fail("cuGraphDestroy", R.CUDA_ERROR_INVALID_VALUE)
-
-    # -- events --------------------------------------------------------------------------------
-    def event_create(self) -> int:
-        ctx = self._need_ctx("cuEventCreate")
-        with self._cv:
-            handle = next(self._ids)
-            self._events[handle] = [ctx, None, 0]  # ctx, stream, target count
-        return handle
-
-    def _event(self, call, event):
-        ev = self._events.get(int(event))
-        if ev is None:
-            self._fail(call, R.CUDA_ERROR_INVALID_HANDLE)
-        return ev
-
-    def event_record(self, event: int, stream: int) -> None:
-        s = self._stream("cuEventRecord", stream)
-        with self._cv:
-            ev = self._event("cuEventRecord", event)
-            if s.capture is not None:  # lifecycle never records events during capture
-                self._fail("cuEventRecord", R.CUDA_ERROR_NOT_SUPPORTED)
-            ev[1], ev[2] = s, s.enqueued
-
-    def event_synchronize(self, event: int) -> None:
-        with self._cv:
-            _, s, target = self._event("cuEventSynchronize", event)
-        self._unsafe("cuEventSynchronize")
-        if s is not None:
-            self._wait("cuEventSynchronize", s, target)
-
-    def event_destroy(self, event: int) -> None:
-        with self._cv:
-            self._event("cuEventDestroy", event)
-            del self._events[int(event)]
-
-    # -- memory --------------------------------------------------------------------------------
-    def mem_host_alloc(self, nbytes: int) -> int:
-        if int(nbytes) <= 0:
-            self._fail("cuMemHostAlloc", R.CUDA_ERROR_INVALID_VALUE)
-        self._unsafe("cuMemHostAlloc")
-        mem = np.zeros(int(nbytes), np.uint8)
-        with self._cv:
-            self._host[mem.ctypes.data] = mem
-        return mem.ctypes.data
-
-    def mem_free_host(self, ptr: int) -> None:
-        self._unsafe("cuMemFreeHost")
-        with self._cv:
-            mem = self._host.pop(int(ptr), None)
-            if mem is None:
-                self._fail("cuMemFreeHost", R.CUDA_ERROR_INVALID_VALUE)
-            mem[:] = _POISON
-            self._freed_host[int(ptr)] = mem  # kept: no address reuse, no crash on a late read
-
-    def memcpy_htod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        dst, src, nbytes = int(dst), int(src), int(nbytes)
-        with self._cv:
-            if self._block(src, nbytes, self._host)[1] is None:
-                self._fail("cuMemcpyHtoDAsync", R.CUDA_ERROR_INVALID_VALUE)
-            if self._block(dst, nbytes, self._device_mem)[1] is None:
-                self._fail("cuMemcpyHtoDAsync", R.CUDA_ERROR_INVALID_VALUE)
-
-        def copy():
-            with self._cv:
-                base, mem = self._block(src, nbytes, self._host)
-                if mem is None:
-                    self.violations.append(f"use after free: a copy read freed pinned memory {src:#x}")
-                    return
-                dbase, darr = self._block(dst, nbytes, self._device_mem)
-                if darr is None:
-                    self.violations.append(f"use after free: a copy wrote freed device memory {dst:#x}")
-                    return
-                data = mem[src - base: src - base + nbytes]
-                darr._host.view(np.uint8).reshape(-1)[dst - dbase: dst - dbase + nbytes] = data
-
-        self._enqueue("cuMemcpyHtoDAsync", stream, [copy])
-
-    def launch_host_func(self, stream: int, fn) -> _HostFuncHandle:
-        handle = _HostFuncHandle(fn)
-        ref = weakref.ref(handle)
-
-        def call():
-            live = ref()
-            if live is None:
-                self._violation("host function called after its keep-alive handle was dropped")
-                return
-            try:
-                live.fn()
-            except BaseException as exc:
-                self._violation(f"host function raised {type(exc).__name__}: {exc}")
-
-        self._enqueue("cuLaunchHostFunc", stream, [call])
-        self._host_funcs.add(handle)
-        return handle
-
-    # -- sim-only helpers for tests ------------------------------------------------------------
-    def device_array(self, shape, dtype=np.float32) -> SimDeviceArray:
-        """Device memory on the current context's device (a potentially unsafe call)."""
-        ctx = self._need_ctx("cuMemAlloc")
-        self._unsafe("cuMemAlloc")
-        arr = SimDeviceArray(self, ctx, shape, dtype)
-        with self._cv:
-            self._device_mem[arr.ptr] = arr
-        return arr
-
-    def launch_kernel(self, stream: int, fn, *args) -> None:
-        """Enqueue ``fn(*views)``: device arrays in ``args`` arrive as numpy views."""
-        def run():
-            views = [a._host if isinstance(a, SimDeviceArray) else a for a in args]
-            try:
-                fn(*views)
-            except BaseException as exc:
-                self._violation(f"kernel raised {type(exc).__name__}: {exc}")
-
-        self._enqueue("cuLaunchKernel", stream, [run])
-
-    def kernel(self, fn) -> SimKernel:
-        """A lazily loaded kernel (see :class:`SimKernel`)."""
-        return SimKernel(self, fn)
 
     def live_resources(self) -> dict[str, int]:
         """Counts of everything still allocated (contexts count retains); zeros are omitted."""
@@ -524,3 +292,4 @@ class SimDriver:
             self._cv.notify_all()
         for s in streams:
             s.worker.join(timeout=self.timeout)
+
