@@ -32,6 +32,7 @@ class Session:
     record: GraphRecord
     prev_ctx: int
     guard: Any
+    claimed: str | None  # "capture" (graphs) or "use" (eager) on the record's stream, until closed
 
 
 def _open_here() -> list[Session]:
@@ -66,27 +67,32 @@ def begin(reg: Registry, graph_id: int, stream, step, guard_factory) -> Capture:
         check_capture_stream(handle, graphs_enabled=reg.graphs_enabled)
         prev = reg.ctx.enter()
         guard = guard_factory()
-        entered = claimed = False
+        entered, claimed = False, None
         try:
-            reg.check_stream(handle, f"capture graph {graph_id}")
             if reg.graphs_enabled:
                 claims.claim_capture(handle, graph_id)
-                claimed = True
+                claimed = "capture"
+            else:  # eager work must not land in (or invalidate) someone else's capture of the stream
+                claims.acquire(handle, f"run graph {graph_id} eagerly")
+                claimed = "use"
+            reg.check_stream(handle, f"capture graph {graph_id}")
             guard.__enter__()
             entered = True
             if reg.graphs_enabled:
                 reg.driver.stream_begin_capture(handle, CaptureMode.THREAD_LOCAL)
         except BaseException as exc:
             attach_cleanup_errors(exc, exit_guard(guard, exc) if entered else [])
-            if claimed:
+            if claimed == "capture":
                 claims.release_capture(handle)
+            elif claimed == "use":
+                claims.release(handle)
             reg.ctx.restore(prev, exc)
             raise
         record = GraphRecord(graph_id, handle, eager=not reg.graphs_enabled, owner=reg.token, step=step)
         if record.eager:
             record.mark_issuing()
         cap = Capture(reg.driver, record, reg.device, relaxed=reg.graphs_enabled, host_errors=reg.host_errors)
-        session = Session(threading.get_ident(), cap, record, prev, guard)
+        session = Session(threading.get_ident(), cap, record, prev, guard, claimed)
         reg.records[graph_id] = record
         reg.session = session
         if reg.graphs_enabled:
@@ -149,7 +155,7 @@ def _discard(reg: Registry, session: Session, error: BaseException) -> None:
             errors.append(exc)
         if not record.eager:
             errors += end_abandoned_capture(reg.driver, record)
-        _close_session(session)
+            _close_session(session)  # (an eager session keeps its stream claimed through the wait)
         record.state = GraphState.DISCARDED
         del reg.records[record.graph_id]
         reg.hold()
@@ -164,10 +170,15 @@ def _discard(reg: Registry, session: Session, error: BaseException) -> None:
 
 
 def _close_session(session: Session) -> None:
-    """The capture is over (ended or abandoned): off this thread's list, its stream unclaimed."""
+    """The capture is over (ended or abandoned): off this thread's list, its stream unclaimed.
+    Idempotent."""
     if any(s is session for s in _open_here()):
         _thread.open = [s for s in _open_here() if s is not session]
+    claimed, session.claimed = session.claimed, None
+    if claimed == "capture":
         claims.release_capture(session.record.stream)
+    elif claimed == "use":
+        claims.release(session.record.stream)
 
 
 def _finish(reg: Registry, session: Session, error: BaseException | None) -> None:
@@ -228,18 +239,19 @@ def run_eager(reg: Registry, record: GraphRecord) -> None:
                               "block and has nothing to replay; use record(graph_id, step) instead")
     cap = Capture(reg.driver, record, reg.device, relaxed=False, host_errors=reg.host_errors,
                   reuse=record.buffers)
-    record.mark_issuing()
-    try:
-        record.step(cap)
-    except BaseException as exc:
-        cap.expire()
+    with claims.use(record.stream, f"replay graph {record.graph_id} eagerly"):
+        record.mark_issuing()
         try:
-            record.mark_run(reg.driver)
-        except Exception as cleanup:
-            attach_cleanup_errors(exc, [cleanup])
-        raise
-    cap.expire()
-    record.mark_run(reg.driver)
+            record.step(cap)
+        except BaseException as exc:
+            cap.expire()
+            try:
+                record.mark_run(reg.driver)
+            except Exception as cleanup:
+                attach_cleanup_errors(exc, [cleanup])
+            raise
+        cap.expire()
+        record.mark_run(reg.driver)
 
 
 def end_abandoned_capture(driver: Driver, record: GraphRecord) -> list[BaseException]:

@@ -57,8 +57,15 @@ class StreamClaims:
     @contextlib.contextmanager
     def use(self, handle: int, op: str):
         """Use ``handle`` for the block; refused while lifecycle captures on it."""
-        if handle in (0, STREAM_LEGACY, STREAM_PER_THREAD):  # never captured (refused), or per-thread
+        self.acquire(handle, op)
+        try:
             yield
+        finally:
+            self.release(handle)
+
+    def acquire(self, handle: int, op: str) -> None:
+        """Start using ``handle`` (see :meth:`use`); pair with :meth:`release`."""
+        if handle in (0, STREAM_LEGACY, STREAM_PER_THREAD):  # never captured (refused), or per-thread
             return
         with self._lock:
             if handle in self._capturing:
@@ -66,13 +73,14 @@ class StreamClaims:
                                   f"{self._capturing[handle]} (of this or another provider); retry after "
                                   "that capture ends")
             self._users[handle] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._users[handle] -= 1
-                if not self._users[handle]:
-                    del self._users[handle]
+
+    def release(self, handle: int) -> None:
+        if handle in (0, STREAM_LEGACY, STREAM_PER_THREAD):
+            return
+        with self._lock:
+            self._users[handle] -= 1
+            if not self._users[handle]:
+                del self._users[handle]
 
     def claim_capture(self, handle: int, graph_id: int) -> None:
         """Claim ``handle`` for a capture; refused while it is captured or in use."""

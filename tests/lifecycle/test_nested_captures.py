@@ -136,9 +136,39 @@ def test_a_stream_lifecycle_captures_refuses_other_providers_waits(backend):
     backend.assert_clean()
 
 
-def _error_of(fn, *args):
+def test_eager_work_and_a_capture_never_share_a_stream_at_once(backend):
+    """An eager provider's step on a stream another provider captures would be captured into (or
+    invalidate) that graph: each side refuses while the other holds the stream."""
+    s, dst = backend.stream(), backend.zeros(8)
+    step = lambda cap: cap.copy_to_device(dst, cap.stage(np.ones(8, np.float32)))  # noqa: E731
+    with backend.provider() as p, backend.provider(graphs=False) as eager:
+        errors = []
+        with p.capture(7, stream=s) as cap:
+            t = threading.Thread(target=lambda: errors.append(_error_of(eager.record, 1, step, stream=s)))
+            t.start()
+            t.join(20)
+            cap.copy_to_device(dst, cap.stage(np.full(8, 7.0, np.float32)))
+        assert isinstance(errors[0], StreamError) and "being captured for graph 7" in str(errors[0])
+        assert eager.graph_ids() == ()
+        open_eager = []
+        t = threading.Thread(target=lambda: open_eager.append(eager.begin_capture(2, stream=s)))
+        t.start()
+        t.join(20)
+        with pytest.raises(StreamError, match="in use by another operation"):
+            with p.capture(8, stream=s):
+                pass
+        t = threading.Thread(target=lambda: eager.end_capture(open_eager[0]))
+        t.start()
+        t.join(20)
+        p.replay(7)
+        p.synchronize(7)
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 7.0))
+    backend.assert_clean()
+
+
+def _error_of(fn, *args, **kwargs):
     try:
-        fn(*args)
+        fn(*args, **kwargs)
     except Exception as exc:
         return exc
     return None

@@ -1,5 +1,5 @@
-"""Issue 14 stress: many threads, random operations on several providers, faults at every driver
-call in turn; afterwards nothing is leaked and every failure was a documented error.
+"""Issue 14 stress: many threads, random operations on several providers (two capturing graphs, one
+running eagerly), faults at every driver call in turn; afterwards nothing is leaked and every failure was a documented error.
 
 Sizes: ``LIFECYCLE_STRESS_OPS`` operations per thread on the simulator (default 1000; CI-sized),
 ``LIFECYCLE_STRESS_REAL_OPS`` on a GPU (default 200); ``LIFECYCLE_STRESS_SEED`` (default fixed).
@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from lifecycle import (
+    STREAM_PER_THREAD,
     CaptureError,
     ClosedError,
     DriverError,
@@ -23,7 +24,8 @@ from lifecycle import (
 )
 from lifecycle.driver import CALLS
 
-THREADS, IDS, PROVIDERS, STREAMS = 8, 6, 2, 3
+THREADS, IDS, PROVIDERS, STREAMS = 8, 6, 3, 3
+EAGER_SLOT = 2  # graphs disabled: steps run eagerly, also on the per-thread default stream
 SEED = int(os.environ.get("LIFECYCLE_STRESS_SEED", "20261203"))
 OPS = {"sim": int(os.environ.get("LIFECYCLE_STRESS_OPS", "1000")),
        "real": int(os.environ.get("LIFECYCLE_STRESS_REAL_OPS", "200"))}
@@ -58,15 +60,15 @@ class _Run:
         self.dst = [[backend.zeros(4) for _ in range(IDS)] for _ in range(PROVIDERS)]
         self.lock = threading.Lock()
         self.every: list = []
-        self.slots = [self.new_provider() for _ in range(PROVIDERS)]
+        self.slots = [self.new_provider(slot) for slot in range(PROVIDERS)]
         self.tally: dict[str, list[int]] = {op: [0, 0] for op in OPERATIONS}
         self.undocumented: list[str] = []
         self.errors: collections.Counter = collections.Counter()
 
-    def new_provider(self):
+    def new_provider(self, slot):
         for _ in range(100):  # construction itself may meet an injected fault: retry
             try:
-                p = self.backend.provider(self.drv)
+                p = self.backend.provider(self.drv, graphs=slot != EAGER_SLOT)
             except DriverError as exc:
                 assert exc.injected, exc
                 continue
@@ -78,6 +80,8 @@ class _Run:
     def step(self, rng, op, slot):
         p, gid = self.slots[slot], rng.randrange(IDS)
         dst, stream = self.dst[slot][gid], rng.choice(self.streams)
+        if slot == EAGER_SLOT and rng.random() < 0.5:
+            stream = STREAM_PER_THREAD
         value = np.float32(rng.randrange(1000))
 
         def body(cap):
@@ -116,7 +120,7 @@ class _Run:
                 assert p.counters.graphs_alive >= 0
         elif op == "close":
             p.close()
-            fresh = self.new_provider()
+            fresh = self.new_provider(slot)
             with self.lock:
                 if self.slots[slot] is p:
                     self.slots[slot] = fresh
