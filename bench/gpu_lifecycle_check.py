@@ -2,8 +2,11 @@
 
     python3 bench/gpu_lifecycle_check.py            # suite (real driver required) + timings
     python3 bench/gpu_lifecycle_check.py --timings  # timings only
+    python3 bench/gpu_lifecycle_check.py --stress --stress-ops 200   # the real-driver stress test only
 
-The suite runs with LIFECYCLE_REQUIRE_GPU=1, so a missing GPU fails instead of skipping. Timings:
+The suite runs with LIFECYCLE_REQUIRE_GPU=1, so a missing GPU fails instead of skipping; it
+includes ``tests/lifecycle/test_stress.py`` (8 threads x ``--stress-ops`` random operations on
+two providers with the real driver: only documented misuse errors, nothing leaked). Timings:
 one decode-like step of 104 int4gemv launches plus a staged input copy, eager versus one graph
 replay, per launch, median of several repetitions.
 """
@@ -27,10 +30,11 @@ SHAPES = [(256, 512), (512, 256), (384, 1024), (1024, 384)]
 PER_WEIGHT = 26
 
 
-def run_suite() -> int:
-    env = dict(os.environ, LIFECYCLE_REQUIRE_GPU="1")
+def run_suite(stress_ops: int = 200, only_stress: bool = False) -> int:
+    env = dict(os.environ, LIFECYCLE_REQUIRE_GPU="1", LIFECYCLE_STRESS_REAL_OPS=str(stress_ops))
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    cmd = [sys.executable, "-m", "pytest", "tests/lifecycle", "-v", "-rs"]
+    target = ["tests/lifecycle/test_stress.py", "-k", "real", "-s"] if only_stress else ["tests/lifecycle"]
+    cmd = [sys.executable, "-m", "pytest", *target, "-v", "-rs"]
     print("$", " ".join(cmd), flush=True)
     return subprocess.call(cmd, cwd=ROOT, env=env)
 
@@ -83,8 +87,12 @@ def timings(repeats: int = 20) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--timings", action="store_true", help="skip the test suite")
+    parser.add_argument("--stress", action="store_true", help="run only the real-driver stress test")
+    parser.add_argument("--stress-ops", type=int, default=200, help="operations per thread (8 threads)")
     args = parser.parse_args()
-    rc = 0 if args.timings else run_suite()
+    if args.stress:
+        return run_suite(args.stress_ops, only_stress=True)
+    rc = 0 if args.timings else run_suite(args.stress_ops)
     timings()
     return rc
 

@@ -3,7 +3,12 @@
 Importing this package touches no GPU. Start with :class:`GraphProvider` (or
 :func:`numba_provider` for Numba work); every CUDA call goes through a :class:`Driver`:
 :class:`RealDriver` on a GPU, :class:`SimDriver` on the CPU, :class:`FaultInjectingDriver` to make
-chosen calls fail.
+chosen calls fail (the last two live in :mod:`lifecycle.testing`).
+
+Rooms: :mod:`~lifecycle.provider` (the door), :mod:`~lifecycle.sessions` (capture sessions),
+:mod:`~lifecycle.registry` (records by id), :mod:`~lifecycle.disposal` (freeing, closing,
+finalizing), :mod:`~lifecycle.capture`, :mod:`~lifecycle.record`, :mod:`~lifecycle.staging`,
+:mod:`~lifecycle.streams`, :mod:`~lifecycle.context`; the driver seam :mod:`~lifecycle.driver`.
 """
 
 from .capture import Capture
@@ -14,17 +19,18 @@ from .errors import (
     DeviceMismatchError,
     DriverError,
     GraphStateError,
+    HostFunctionError,
     LifecycleError,
     StreamError,
+    UnclosedProviderWarning,
     UnknownGraphError,
 )
-from .faults import FaultInjectingDriver
 from .numba_glue import hold_deallocations, numba_provider
 from .provider import Counters, GraphProvider
 from .real_driver import RealDriver
 from .record import GraphState
-from .sim_driver import SimDriver
 from .staging import PinnedBuffer
+from .testing import FaultInjectingDriver, SimDriver
 
 __all__ = [
     "GraphProvider", "Capture", "Counters", "GraphState", "PinnedBuffer",
@@ -32,5 +38,5 @@ __all__ = [
     "CaptureStatus", "CaptureMode", "STREAM_LEGACY", "STREAM_PER_THREAD",
     "numba_provider", "hold_deallocations",
     "LifecycleError", "DriverError", "CaptureError", "GraphStateError", "UnknownGraphError",
-    "StreamError", "DeviceMismatchError", "ClosedError",
+    "StreamError", "DeviceMismatchError", "ClosedError", "HostFunctionError", "UnclosedProviderWarning",
 ]

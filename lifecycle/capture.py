@@ -7,16 +7,18 @@ Launch Numba kernels on ``capture.stream`` (``numba.cuda.external_stream(capture
 
 from __future__ import annotations
 
+import collections
+import traceback
 from typing import Callable
 
 import numpy as np
 
-from .driver import CaptureStatus, Driver
+from .driver import Driver
 from .errors import CaptureError, LifecycleError
 from .record import GraphRecord, GraphState
 from .staging import PinnedBuffer
 
-__all__ = ["Capture", "device_pointer", "end_abandoned_capture", "exit_guard"]
+__all__ = ["Capture", "device_pointer"]
 
 
 def device_pointer(dst, nbytes: int) -> int:
@@ -55,8 +57,9 @@ class Capture:
     """
 
     def __init__(self, driver: Driver, record: GraphRecord, device: int, *, relaxed: bool,
-                 reuse: list[PinnedBuffer] | None = None):
+                 host_errors: collections.deque, reuse: list[PinnedBuffer] | None = None):
         self._driver, self._record, self._relaxed = driver, record, relaxed
+        self._host_errors = host_errors
         self._reuse = None if reuse is None else iter(list(reuse))
         self.graph_id, self.stream, self.device, self.eager = record.graph_id, record.stream, device, record.eager
         self._open = True
@@ -83,13 +86,29 @@ class Capture:
                 raise LifecycleError(f"graph {self.graph_id}: an eager replay must acquire the same "
                                      "staging buffers, in the same order, as the first run")
             return buf
-        buf = PinnedBuffer(self._driver, self.graph_id, shape, dtype)
+        buf = PinnedBuffer(self._driver, self.graph_id, shape, dtype, owner=self._record.owner)
         self._record.buffers.append(buf)  # registered first: a failure below cannot leak it
         return buf.allocate(relaxed=self._relaxed)
 
     def stage(self, data) -> PinnedBuffer:
-        """A retained pinned copy of ``data`` (on eager replays: the first run's buffer, as is)."""
-        data = np.ascontiguousarray(data)
+        """A retained pinned copy of ``data`` (on eager replays: the first run's buffer, as is).
+
+        ``data``: a C-contiguous numpy array (or anything ``np.asarray`` takes) of a fixed-size
+        dtype with at least one element; object dtypes are a ``TypeError``, non-contiguous arrays
+        and empty data a ``ValueError``.
+        """
+        self._check_open()
+        if isinstance(data, np.ndarray) and not data.flags.c_contiguous:
+            raise ValueError(f"data must be C-contiguous; got an array with strides {data.strides} "
+                             "(pass np.ascontiguousarray(data))")
+        try:
+            data = np.asarray(data)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"data must be a numpy array or array-like; got {type(data).__name__}") from exc
+        if data.dtype.hasobject or data.dtype.itemsize == 0:
+            raise TypeError(f"data must have a fixed-size dtype without Python objects; got {data.dtype}")
+        if data.size == 0:
+            raise ValueError(f"data must hold at least one element; got shape {data.shape}")
         reusing = self._reuse is not None
         buf = self.pinned(data.shape, data.dtype)
         if not reusing:
@@ -106,7 +125,10 @@ class Capture:
         if not isinstance(src, PinnedBuffer):
             raise TypeError("the source must be a PinnedBuffer from Capture.pinned()/stage(); "
                             f"got {type(src).__name__}")
-        if src.graph_id != self.graph_id or src.freed:
+        if src.owner is not self._record.owner:
+            raise LifecycleError(f"pinned buffer of graph {src.graph_id} belongs to another provider and "
+                                 f"cannot be read by graph {self.graph_id}: its own provider frees it")
+        if src.freed or not any(buf is src for buf in self._record.buffers):
             raise LifecycleError(f"pinned buffer of graph {src.graph_id} cannot be read by graph "
                                  f"{self.graph_id}: it is freed with its own graph")
         nbytes = src.nbytes if nbytes is None else int(nbytes)
@@ -117,18 +139,33 @@ class Capture:
     def host_func(self, fn: Callable[[], None]) -> None:
         """Enqueue (capture) ``fn()``; it runs on a driver thread at every replay.
 
-        ``fn`` must not call CUDA and must not block without a bound. It stays callable until
-        the graph is released (eager runs: until it has run).
+        ``fn`` must not call CUDA and must not block without a bound; it may query the provider
+        (``state``, ``graph_ids``, ``counters``). It stays callable until the graph is released
+        (eager runs: until it has run). An exception it raises is kept and raised by the
+        provider's next operation as a :class:`~lifecycle.errors.HostFunctionError`.
         """
         self._check_open()
+        if not callable(fn):
+            raise TypeError(f"fn must be callable; got {type(fn).__name__}")
+        sink, graph_id = self._host_errors, self.graph_id
+
+        def guarded():
+            try:
+                fn()
+            except BaseException as exc:  # cannot propagate into a driver thread
+                # Keep the traceback as text: its frames would keep the driver's keep-alive handle
+                # (and so this function) referenced for as long as the caller keeps the error.
+                exc.add_note("host function traceback:\n" + "".join(traceback.format_tb(exc.__traceback__)))
+                sink.append((graph_id, exc.with_traceback(None)))
+
         if not self.eager:
-            self._record.host_funcs.append(self._driver.launch_host_func(self.stream, fn))
+            self._record.host_funcs.append(self._driver.launch_host_func(self.stream, guarded))
             return
         ran = []
 
         def once():
             try:
-                fn()
+                guarded()
             finally:
                 ran.append(True)
 
@@ -143,41 +180,10 @@ class Capture:
             self._record.retained.append(obj)
         return obj
 
-    def _close(self):
+    def expire(self):
+        """Called by the provider when the capture ends: the handle may no longer be used."""
         self._open = False
 
     def __repr__(self) -> str:
         mode = "eager" if self.eager else "graph"
         return f"Capture(graph {self.graph_id}, stream {self.stream:#x}, device {self.device}, {mode})"
-
-
-def end_abandoned_capture(driver: Driver, record: GraphRecord) -> list[BaseException]:
-    """Take a failed capture's stream out of capture, keeping any partial graph in ``record`` (to be
-    destroyed with it). Retries once, so one failed end cannot leave the stream capturing.
-    Returns the errors; never raises."""
-    errors = []
-    for _ in range(2):
-        try:
-            status = driver.stream_capture_status(record.stream)
-        except Exception as exc:
-            errors.append(exc)
-            status = None  # unknown: try to end anyway
-        if record.graph is not None or status is CaptureStatus.NONE:
-            break
-        try:
-            record.graph = driver.stream_end_capture(record.stream)
-        except Exception as exc:
-            errors.append(exc)
-    return errors
-
-
-def exit_guard(guard, error: BaseException | None) -> list[BaseException]:
-    """Exit a capture guard (see ``GraphProvider(capture_guard=...)``); returns its error, if any."""
-    try:
-        if error is None:
-            guard.__exit__(None, None, None)
-        else:
-            guard.__exit__(type(error), error, error.__traceback__)
-    except Exception as exc:
-        return [exc]
-    return []

@@ -36,6 +36,12 @@ class ContextBinding:
             raise
         return prev
 
+    def make_current(self) -> None:
+        """Make the context current again without remembering the caller's (ending or discarding
+        a capture whose body may have switched contexts; the capture restores the caller's)."""
+        if self._driver.ctx_get_current() != self.ctx:
+            self._driver.ctx_set_current(self.ctx)
+
     def restore(self, prev: int, error: BaseException | None) -> None:
         """Make ``prev`` current again. A failure is raised, or attached to ``error`` if given."""
         if prev == self.ctx:

@@ -1,8 +1,8 @@
 """The driver seam: every CUDA call lifecycle makes, and nothing more.
 
 :class:`Driver` is the interface. :class:`~lifecycle.real_driver.RealDriver` implements it over
-``cuda.bindings.driver``; :class:`~lifecycle.sim_driver.SimDriver` models it on the CPU;
-:class:`~lifecycle.faults.FaultInjectingDriver` wraps either and makes chosen calls fail.
+``cuda.bindings.driver``; :class:`~lifecycle.testing.sim_driver.SimDriver` models it on the CPU;
+:class:`~lifecycle.testing.faults.FaultInjectingDriver` wraps either and makes chosen calls fail.
 
 Handles (contexts, streams, events, pinned pointers) are plain ints; graphs and executable graphs
 are opaque objects. Every method raises :class:`~lifecycle.errors.DriverError` on failure; adapters
@@ -52,6 +52,7 @@ CALLS = {
     "ctx_get_current": "cuCtxGetCurrent",
     "ctx_set_current": "cuCtxSetCurrent",
     "ctx_get_device": "cuCtxGetDevice",
+    "ctx_synchronize": "cuCtxSynchronize",
     "stream_create": "cuStreamCreate",
     "stream_destroy": "cuStreamDestroy",
     "stream_get_ctx": "cuStreamGetCtx",
@@ -80,9 +81,10 @@ class Driver(Protocol):
     """The CUDA driver calls lifecycle needs. Contexts are primary contexts only.
 
     Stream-ordered calls (``memcpy_htod_async``, ``launch_host_func``, ``graph_launch``) are
-    captured when their stream is capturing. ``stream_begin_capture`` always uses
-    ``CU_STREAM_CAPTURE_MODE_THREAD_LOCAL``; ``stream_create`` always makes a non-blocking stream
-    (a blocking stream's capture is invalidated by any legacy-stream use in the context).
+    captured when their stream is capturing. ``stream_begin_capture`` takes the capture's
+    ``CUstreamCaptureMode`` (lifecycle always passes ``THREAD_LOCAL``); ``stream_create`` always
+    makes a non-blocking stream (a blocking stream's capture is invalidated by any legacy-stream
+    use in the context).
     """
 
     def init(self) -> None: ...
@@ -92,11 +94,12 @@ class Driver(Protocol):
     def ctx_get_current(self) -> int: ...  # 0 when no context is current
     def ctx_set_current(self, ctx: int) -> None: ...
     def ctx_get_device(self) -> int: ...  # ordinal of the current context's device
+    def ctx_synchronize(self) -> None: ...  # wait for every stream of the current context
     def stream_create(self) -> int: ...
     def stream_destroy(self, stream: int) -> None: ...
     def stream_get_ctx(self, stream: int) -> int: ...
     def stream_synchronize(self, stream: int) -> None: ...
-    def stream_begin_capture(self, stream: int) -> None: ...
+    def stream_begin_capture(self, stream: int, mode: CaptureMode = CaptureMode.THREAD_LOCAL) -> None: ...
     def stream_end_capture(self, stream: int) -> Any: ...  # the graph
     def stream_capture_status(self, stream: int) -> CaptureStatus: ...
     def exchange_capture_mode(self, mode: CaptureMode) -> CaptureMode: ...

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 __all__ = [
     "LifecycleError", "DriverError", "CaptureError", "GraphStateError", "UnknownGraphError",
-    "StreamError", "DeviceMismatchError", "ClosedError", "attach_cleanup_errors",
+    "StreamError", "DeviceMismatchError", "ClosedError", "HostFunctionError", "UnclosedProviderWarning",
+    "attach_cleanup_errors",
 ]
 
 
@@ -24,7 +25,7 @@ class DriverError(LifecycleError):
         call: the driver function, e.g. ``"cuStreamEndCapture"``.
         code: the ``CUresult`` as an int.
         name: the ``CUresult`` name, e.g. ``"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"``.
-        injected: ``True`` when a :class:`~lifecycle.faults.FaultInjectingDriver` made it up.
+        injected: ``True`` when a :class:`~lifecycle.testing.faults.FaultInjectingDriver` made it up.
     """
 
     def __init__(self, call: str, code: int, name: str, *, injected: bool = False, detail: str = ""):
@@ -60,7 +61,30 @@ class DeviceMismatchError(LifecycleError):
 
 
 class ClosedError(LifecycleError):
-    """The provider was closed."""
+    """The provider was closed (or its ``close()`` began): every method but ``close()``,
+    ``closed`` and ``counters`` raises it."""
+
+
+class HostFunctionError(LifecycleError):
+    """A host function enqueued with ``Capture.host_func`` raised on its driver thread.
+
+    Raised by the provider's next operation (capture, record, replay, synchronize, release or
+    close) after the failure was seen. ``errors`` lists ``(graph_id, exception)`` for every failure
+    collected; the first exception is also the ``__cause__``.
+    """
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        graph_id, first = self.errors[0]
+        more = f" (and {len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
+        super().__init__(f"a host function of graph {graph_id} raised {type(first).__name__}: {first}{more}")
+
+
+class UnclosedProviderWarning(UserWarning):
+    """A provider was garbage-collected without ``close()``; a finalizer releases what it held.
+
+    A ``UserWarning`` (not a ``ResourceWarning``, which Python hides by default) so a notebook shows
+    it; Python's default filter shows it once per process."""
 
 
 def attach_cleanup_errors(error: BaseException, cleanup_errors) -> BaseException:

@@ -116,6 +116,9 @@ class RealDriver:
     def ctx_get_device(self) -> int:
         return int(check("cuCtxGetDevice", cu.cuCtxGetDevice()))
 
+    def ctx_synchronize(self) -> None:
+        check("cuCtxSynchronize", cu.cuCtxSynchronize())
+
     # -- streams and capture -------------------------------------------------------------
     def stream_create(self) -> int:
         flags = int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
@@ -130,9 +133,9 @@ class RealDriver:
     def stream_synchronize(self, stream: int) -> None:
         check("cuStreamSynchronize", cu.cuStreamSynchronize(cu.CUstream(stream)))
 
-    def stream_begin_capture(self, stream: int) -> None:
-        mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        check("cuStreamBeginCapture", cu.cuStreamBeginCapture(cu.CUstream(stream), mode))
+    def stream_begin_capture(self, stream: int, mode: CaptureMode = CaptureMode.THREAD_LOCAL) -> None:
+        check("cuStreamBeginCapture",
+              cu.cuStreamBeginCapture(cu.CUstream(stream), cu.CUstreamCaptureMode(int(mode))))
 
     def stream_end_capture(self, stream: int):
         return check("cuStreamEndCapture", cu.cuStreamEndCapture(cu.CUstream(stream)))

@@ -7,10 +7,12 @@ A record in ``RELEASED``/``DISCARDED`` is no longer in the provider; its id may 
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import streams
 from .driver import STREAM_PER_THREAD, Driver
 from .staging import PinnedBuffer
 
@@ -46,15 +48,18 @@ def run_actions(actions: list[Action]) -> tuple[list[BaseException], list[Action
 
 @dataclass(eq=False)
 class GraphRecord:
-    """Everything owned for one graph id.
+    """Everything owned for one graph id by the provider whose token is ``owner``.
 
     ``eager`` records (graphs disabled, or a warm-up run) have no graph; ``events`` then mark the
-    end of each run, keyed by stream (and by thread for the per-thread default stream), and
-    ``unmarked`` says work was enqueued after the last successfully recorded event.
+    end of each run, keyed by ``(stream, thread)`` (the thread only for the per-thread default
+    stream, which names another stream in every thread), and ``unmarked`` holds the keys whose
+    latest work was issued without its event being recorded. ``waiters`` counts threads waiting on
+    the record outside the provider's lock; ``releasing`` refuses new work while it is released.
     """
     graph_id: int
     stream: int
     eager: bool
+    owner: object = None
     state: GraphState = GraphState.CAPTURING
     graph: Any = None
     graph_exec: Any = None
@@ -62,33 +67,54 @@ class GraphRecord:
     host_funcs: list[object] = field(default_factory=list)
     retained: list[object] = field(default_factory=list)
     events: dict[tuple, int] = field(default_factory=dict)
-    unmarked: bool = False
+    unmarked: set = field(default_factory=set)
     step: Callable | None = None
+    waiters: int = 0
+    releasing: bool = False
+
+    def _key(self) -> tuple:
+        thread = threading.get_ident() if self.stream == STREAM_PER_THREAD else None
+        return (self.stream, thread)
+
+    def mark_issuing(self) -> None:
+        """Eager records: the calling thread is about to issue work on the record's stream."""
+        self.unmarked.add(self._key())
 
     def mark_run(self, driver: Driver) -> None:
-        """Eager records: record the end of the work just issued in an event any thread can wait on
-        (the per-thread default stream names another stream in every thread)."""
-        thread = threading.get_ident() if self.stream == STREAM_PER_THREAD else None
-        event = self.events.get((self.stream, thread))
+        """Eager records: record the end of the work just issued in an event any thread can wait on.
+        If recording fails the work stays *unmarked* (see :meth:`wait_steps`)."""
+        key = self._key()
+        event = self.events.get(key)
         if event is None:
-            event = self.events[(self.stream, thread)] = driver.event_create()
+            event = self.events[key] = driver.event_create()
         driver.event_record(event, self.stream)
-        self.unmarked = False
+        self.unmarked.discard(key)
 
-    def wait(self, driver: Driver) -> None:
-        """Wait for this record's own work: its stream (graphs) or its run events (eager).
+    def wait_steps(self, driver: Driver) -> list[Callable[[], None]]:
+        """The waits that cover this record's own work so far (take them under the provider's lock,
+        run them outside it): its stream (graphs), or its run events (eager).
 
-        Never the caller's stream. Eager work whose event was not recorded is awaited on its stream,
-        which is right from the thread that issued it.
+        Never the caller's stream: eager work whose event was not recorded is awaited on its stream
+        from the thread that issued it, and with ``cuCtxSynchronize`` (the provider's context) from
+        any other thread, which cannot name another thread's per-thread default stream.
         """
         if not self.eager:
-            driver.stream_synchronize(self.stream)
-            return
-        if self.unmarked:
-            driver.stream_synchronize(self.stream)
-            self.unmarked = False
-        for event in list(self.events.values()):
-            driver.event_synchronize(event)
+            return [functools.partial(streams.synchronize, driver, self.stream)]
+        me, steps, foreign = threading.get_ident(), [], False
+        for stream, thread in sorted(self.unmarked, key=repr):
+            if thread is None or thread == me:
+                steps.append(functools.partial(streams.synchronize, driver, stream))
+            else:
+                foreign = True
+        if foreign:
+            steps.append(driver.ctx_synchronize)
+        steps += [functools.partial(driver.event_synchronize, event) for event in self.events.values()]
+        return steps
+
+    def wait(self, driver: Driver) -> None:
+        """Run :meth:`wait_steps` now (for records no other thread can touch)."""
+        for step in self.wait_steps(driver):
+            step()
 
     def teardown(self, driver: Driver) -> list[Action]:
         """Cleanup steps that destroy every handle and free every buffer of this record.
@@ -105,7 +131,8 @@ class GraphRecord:
             actions.append(Action(f"destroy event of graph {self.graph_id}", self._drop_event(driver, key)))
         for buf in self.buffers:
             if not buf.freed:
-                actions.append(Action(f"free pinned buffer of graph {self.graph_id}", buf.free, buf))
+                actions.append(Action(f"free pinned buffer of graph {self.graph_id}",
+                                      functools.partial(buf.free, self.owner), buf))
         self.buffers = []  # the actions (or the provider's pending list) hold them now
         self.host_funcs.clear()  # safe: the stream is idle, no call can be in flight
         self.retained.clear()

@@ -72,17 +72,34 @@ class PinnedBuffer:
         (``provider.synchronize(graph_id)``).
     """
 
-    __slots__ = ("_driver", "_ptr", "nbytes", "shape", "dtype", "graph_id", "__weakref__")
+    __slots__ = ("_driver", "_ptr", "nbytes", "shape", "dtype", "graph_id", "owner", "__weakref__")
 
-    def __init__(self, driver: Driver, graph_id: int, shape, dtype):
+    def __init__(self, driver: Driver, graph_id: int, shape, dtype, *, owner: object = None):
         """Describe the buffer; :meth:`allocate` then allocates it (so an owner can register the
-        buffer first and never lose an allocation whose surrounding steps fail)."""
-        self.shape = tuple(int(n) for n in np.atleast_1d(np.asarray(shape, dtype=np.int64)))
-        self.dtype = np.dtype(dtype)
+        buffer first and never lose an allocation whose surrounding steps fail).
+
+        ``owner`` is the token of the provider that owns the buffer: only it may read the buffer
+        in its captures and free it. A buffer made outside any provider has no owner (``None``)
+        and is freed with a plain ``free()``.
+        """
+        try:
+            self.dtype = np.dtype(dtype)
+        except TypeError as exc:
+            raise TypeError(f"dtype must be a numpy dtype; got {dtype!r}") from exc
+        if self.dtype.hasobject or self.dtype.itemsize == 0:
+            raise TypeError(f"dtype must be a fixed-size dtype without Python objects; got {self.dtype}")
+        try:
+            dims = np.atleast_1d(np.asarray(shape))
+            if dims.ndim != 1 or dims.dtype.kind not in "iu":
+                raise TypeError
+        except (TypeError, ValueError):
+            raise TypeError(f"shape must be an int or a sequence of ints; got {shape!r}") from None
+        self.shape = tuple(int(n) for n in dims)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-        if self.nbytes <= 0:
-            raise ValueError(f"a pinned buffer needs at least one byte; got shape {self.shape}")
+        if min(self.shape) <= 0:
+            raise ValueError(f"shape must be positive in every dimension; got {self.shape}")
         self.graph_id = graph_id
+        self.owner = owner
         self._driver = driver
         self._ptr = 0
 
@@ -115,11 +132,16 @@ class PinnedBuffer:
                                  "(or never allocated)")
         return np.asarray(_HostMemory(self, self._ptr, self.shape, self.dtype))
 
-    def free(self) -> None:
+    def free(self, owner: object = None) -> None:
         """Free the memory now (the provider calls this after the graph's stream is idle).
 
-        Idempotent; on failure the buffer stays allocated and a later call retries.
+        ``owner`` must be the token of the owning provider: a buffer is never freed by another
+        provider (:class:`~lifecycle.errors.LifecycleError`, nothing freed). Idempotent; on
+        failure the buffer stays allocated and a later call retries.
         """
+        if owner is not self.owner:
+            raise LifecycleError(f"pinned buffer of graph {self.graph_id} belongs to another provider; "
+                                 "only its own provider frees it")
         if self._ptr == 0:
             return
         self._driver.mem_free_host(self._ptr)

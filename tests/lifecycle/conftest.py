@@ -19,7 +19,8 @@ import os
 import numpy as np
 import pytest
 
-from lifecycle import CaptureMode, FaultInjectingDriver, GraphProvider, RealDriver, SimDriver
+from lifecycle import CaptureMode, GraphProvider, RealDriver
+from lifecycle.testing import FaultInjectingDriver, SimDriver
 
 _SIM_LEFTOVERS = {"streams", "ctx_retains"}  # the backend's own streams and context
 

@@ -74,6 +74,7 @@ def test_every_call_matches_the_cuda_bindings_signature(checked):
     assert d.ctx_get_current() == 0xC0
     d.ctx_set_current(0xC0)
     assert d.ctx_get_device() == 3
+    d.ctx_synchronize()
     stream = d.stream_create()
     assert stream == 0x50
     assert d.stream_get_ctx(stream) == 0xC0

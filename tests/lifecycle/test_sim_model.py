@@ -13,11 +13,10 @@ from lifecycle import (
     CaptureMode,
     CaptureStatus,
     DriverError,
-    FaultInjectingDriver,
     GraphState,
-    SimDriver,
     check,
 )
+from lifecycle.testing import FaultInjectingDriver, SimDriver
 
 
 @pytest.fixture
@@ -181,6 +180,13 @@ def test_fault_injector_fails_exactly_the_nth_call_and_tracks_resources(sim):
         drv.fail("cuStreamCreate")
 
 
+def test_the_testing_drivers_stay_importable_from_lifecycle():
+    import lifecycle
+    import lifecycle.testing
+    assert lifecycle.SimDriver is lifecycle.testing.SimDriver is SimDriver
+    assert lifecycle.FaultInjectingDriver is lifecycle.testing.FaultInjectingDriver is FaultInjectingDriver
+
+
 def test_check_turns_results_into_values_or_named_errors():
     from cuda.bindings.driver import CUresult
     assert check("cuX", (CUresult.CUDA_SUCCESS,)) is None
@@ -192,3 +198,26 @@ def test_check_turns_results_into_values_or_named_errors():
     assert (info.value.call, info.value.code) == ("cuStreamEndCapture", 901)
     with pytest.raises(DriverError, match=r"CUresult\(123456\)"):
         check("cuY", 123456)
+
+
+def test_fault_rotation_fails_each_method_in_turn_until_stopped(sim):
+    drv = FaultInjectingDriver(sim)
+    drv.rotate(["stream_create", "event_create"], gap=1)
+    outcomes, made = [], []
+    for _ in range(4):
+        for name in ("stream_create", "event_create"):
+            try:
+                made.append((name, getattr(drv, name)()))
+                outcomes.append(".")
+            except DriverError as exc:
+                assert exc.injected
+                outcomes.append(name[0])
+    assert "".join(outcomes) == "s..e..s."
+    drv.stop()
+    assert [e.call for e in drv.injected] == ["cuStreamCreate", "cuEventCreate", "cuStreamCreate"]
+    made.append(("stream_create", drv.stream_create()))  # stopped: no more faults
+    for name, handle in made:
+        (drv.stream_destroy if name == "stream_create" else drv.event_destroy)(handle)
+    assert drv.live_resources() == {}
+    with pytest.raises(ValueError, match="rotate needs driver method names"):
+        drv.rotate(["cuStreamCreate"])

@@ -6,7 +6,8 @@ import threading
 import numpy as np
 import pytest
 
-from lifecycle import DeviceMismatchError, GraphProvider, SimDriver
+from lifecycle import DeviceMismatchError, GraphProvider
+from lifecycle.testing import SimDriver
 
 from payloads import capture_payload
 

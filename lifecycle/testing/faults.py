@@ -15,8 +15,8 @@ import weakref
 
 from cuda.bindings.driver import CUresult
 
-from .driver import CALLS, Driver
-from .errors import DriverError
+from ..driver import CALLS, Driver
+from ..errors import DriverError
 
 __all__ = ["FaultInjectingDriver"]
 
@@ -32,7 +32,8 @@ class FaultInjectingDriver:
 
     Args:
         inner: the driver to forward to.
-        fail: ``{method name: n}``; the n-th call of that method raises (once).
+        fail: ``{method name: n}``; the n-th call of that method raises (once). See also
+            :meth:`rotate` (a fault at every method in turn) and :meth:`stop`.
         code: the ``CUresult`` the injected errors carry.
     """
 
@@ -49,6 +50,9 @@ class FaultInjectingDriver:
         self.injected: list[DriverError] = []
         self._live: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         self._host_funcs: "weakref.WeakSet" = weakref.WeakSet()
+        self._rotation: list[str] | None = None
+        self._turn = self._waited = self._gap = 0
+        self._patience = 50
         for name, n in (fail or {}).items():
             self.fail(name, n)
 
@@ -58,6 +62,44 @@ class FaultInjectingDriver:
             raise ValueError(f"unknown driver method {name!r}; choose from {sorted(CALLS)}")
         with self._lock:
             self._fail[name] = self.calls[name] + int(n)
+
+    def rotate(self, names=None, *, gap: int = 0, patience: int = 50) -> None:
+        """Inject faults at every driver method in turn, until :meth:`stop`: after ``gap`` calls,
+        the next call of ``names[0]`` fails, after ``gap`` more the next call of ``names[1]``, and
+        so on, cycling. A method not called within ``patience`` calls (of any method) after its
+        turn began is passed over (it comes round again). ``names`` defaults to every method but
+        ``init``."""
+        names = [n for n in CALLS if n != "init"] if names is None else list(names)
+        unknown = [n for n in names if n not in CALLS]
+        if unknown or not names:
+            raise ValueError(f"rotate needs driver method names from {sorted(CALLS)}; got {names!r}")
+        with self._lock:
+            self._rotation, self._turn, self._waited = names, 0, 0
+            self._gap, self._patience = int(gap), int(patience)
+
+    def stop(self) -> None:
+        """Stop injecting (scheduled single failures and the rotation)."""
+        with self._lock:
+            self._fail.clear()
+            self._rotation = None
+
+    def _rotating(self, name: str) -> bool:
+        """Under the lock: whether this call of ``name`` is the rotation's turn to fail."""
+        rotation = self._rotation
+        if not rotation:
+            return False
+        if self._waited < 0:  # still in the gap after the last fault
+            self._waited += 1
+            return False
+        if rotation[self._turn] == name:
+            self._turn = (self._turn + 1) % len(rotation)
+            self._waited = -self._gap
+            return True
+        self._waited += 1
+        if self._waited > self._patience:
+            self._turn = (self._turn + 1) % len(rotation)
+            self._waited = 0
+        return False
 
     def live_resources(self) -> dict[str, int]:
         """Resources created through this wrapper and not yet destroyed (zeros omitted)."""
@@ -76,7 +118,7 @@ class FaultInjectingDriver:
                 self.calls[name] += 1
                 n = self.calls[name]
                 self.log.append((name, n))
-                inject = self._fail.get(name) == n
+                inject = self._fail.get(name) == n or self._rotating(name)
             if inject:
                 err = DriverError(CALLS[name], self.code, CUresult(self.code).name, injected=True)
                 with self._lock:

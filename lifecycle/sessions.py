@@ -1,0 +1,286 @@
+"""Capture sessions: begin, end or discard one capture per provider, and the eager warm-up run.
+
+A session is owned by the thread that began it. Sessions of every provider that really capture
+(graphs enabled) are tracked per thread, so that a second capture, or a synchronizing call, on a
+thread that already has a capture open is refused up front (see :func:`refuse_on_capturing_thread`):
+in CUDA's thread-local capture mode those calls would fail and invalidate the open capture.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .capture import Capture
+from .driver import CaptureMode, CaptureStatus, Driver
+from .errors import CaptureError, GraphStateError, attach_cleanup_errors
+from .record import GraphRecord, GraphState
+from .registry import Registry
+from .streams import check_capture_stream, claims
+
+__all__ = ["Session", "begin", "end", "abort", "warm_up", "run_eager", "refuse_on_capturing_thread",
+           "end_abandoned_capture", "exit_guard"]
+
+_thread = threading.local()  # .open: the sessions that really capture, opened by this thread
+
+
+@dataclass
+class Session:
+    thread: int
+    capture: Capture
+    record: GraphRecord
+    prev_ctx: int
+    guard: Any
+    claimed: str | None  # "capture" (graphs) or "use" (eager) on the record's stream, until closed
+
+
+def _open_here() -> list[Session]:
+    return getattr(_thread, "open", [])
+
+
+def refuse_on_capturing_thread(op: str) -> None:
+    """Raise :class:`CaptureError` if the calling thread has a lifecycle capture open (of any
+    provider): ``op`` would make a call CUDA forbids there (allocation, instantiation, free,
+    synchronization) and that would invalidate the open capture."""
+    sessions = _open_here()
+    if sessions:
+        graph_id = sessions[-1].record.graph_id
+        raise CaptureError(f"cannot {op} while this thread is capturing graph {graph_id}: while a graph "
+                           "is being captured on a thread, the synchronizing, allocating, instantiating "
+                           "or freeing calls this needs would fail there and invalidate that capture; "
+                           "end it first, or use another thread")
+
+
+def begin(reg: Registry, graph_id: int, stream, step, guard_factory) -> Capture:
+    """Open a capture of ``graph_id`` owned by the calling thread; no state changes on failure."""
+    with reg.lock:
+        reg.entry()
+        if reg.session is not None:
+            raise CaptureError(f"cannot capture graph {graph_id}: graph {reg.session.record.graph_id} is "
+                               f"being captured (thread {reg.session.thread}); one capture at a time")
+        refuse_on_capturing_thread(f"capture graph {graph_id}")
+        if graph_id in reg.records:
+            raise GraphStateError(f"cannot capture graph {graph_id}: it already exists "
+                                  f"({reg.records[graph_id].state.value}); release it first")
+        handle = reg.resolve_stream(stream)
+        check_capture_stream(handle, graphs_enabled=reg.graphs_enabled)
+        prev = reg.ctx.enter()
+        guard = guard_factory()
+        entered, claimed = False, None
+        try:
+            if reg.graphs_enabled:
+                claims.claim_capture(handle, graph_id)
+                claimed = "capture"
+            else:  # eager work must not land in (or invalidate) someone else's capture of the stream
+                claims.acquire(handle, f"run graph {graph_id} eagerly")
+                claimed = "use"
+            reg.check_stream(handle, f"capture graph {graph_id}")
+            guard.__enter__()
+            entered = True
+            if reg.graphs_enabled:
+                reg.driver.stream_begin_capture(handle, CaptureMode.THREAD_LOCAL)
+        except BaseException as exc:
+            attach_cleanup_errors(exc, exit_guard(guard, exc) if entered else [])
+            if claimed == "capture":
+                claims.release_capture(handle)
+            elif claimed == "use":
+                claims.release(handle)
+            reg.ctx.restore(prev, exc)
+            raise
+        record = GraphRecord(graph_id, handle, eager=not reg.graphs_enabled, owner=reg.token, step=step)
+        if record.eager:
+            record.mark_issuing()
+        cap = Capture(reg.driver, record, reg.device, relaxed=reg.graphs_enabled, host_errors=reg.host_errors)
+        session = Session(threading.get_ident(), cap, record, prev, guard, claimed)
+        reg.records[graph_id] = record
+        reg.session = session
+        if reg.graphs_enabled:
+            _thread.open = _open_here() + [session]
+        return cap
+
+
+def _owned(reg: Registry, capture: Capture, what: str) -> Session:
+    session = reg.session
+    if session is None or session.capture is not capture:
+        raise CaptureError(f"cannot {what} the capture of graph {capture.graph_id}: it is not the open "
+                           "capture of this provider")
+    if session.thread != threading.get_ident():
+        raise CaptureError(f"cannot {what} the capture of graph {capture.graph_id} from thread "
+                           f"{threading.get_ident()}: it was begun by thread {session.thread} "
+                           "(thread-local capture ends in its own thread)")
+    return session
+
+
+def end(reg: Registry, capture: Capture) -> None:
+    """End and instantiate the open capture (owner thread only); a failure discards it."""
+    with reg.lock:
+        session = _owned(reg, capture, "end")
+        record = session.record
+        try:
+            reg.ctx.make_current()  # the body may have switched contexts
+            if record.eager:
+                record.mark_run(reg.driver)
+            else:
+                record.graph = reg.driver.stream_end_capture(record.stream)
+                _close_session(session)  # this thread has no capture open from here on
+                record.graph_exec = reg.driver.graph_instantiate(record.graph)
+        except BaseException as exc:
+            failure = exc
+        else:
+            record.state = GraphState.READY
+            _finish(reg, session, None)
+            return
+    _discard(reg, session, failure)
+    raise failure
+
+
+def abort(reg: Registry, capture: Capture, error: BaseException) -> None:
+    """Discard the open capture because of ``error`` (which gets cleanup errors attached)."""
+    with reg.lock:
+        try:
+            session = _owned(reg, capture, "abort")
+        except CaptureError as exc:
+            attach_cleanup_errors(error, [exc])
+            return
+    _discard(reg, session, error)
+
+
+def _discard(reg: Registry, session: Session, error: BaseException) -> None:
+    record, errors = session.record, []
+    with reg.lock:
+        try:
+            reg.ctx.make_current()
+        except Exception as exc:
+            errors.append(exc)
+        if not record.eager:
+            errors += end_abandoned_capture(reg.driver, record)
+            _close_session(session)  # (an eager session keeps its stream claimed through the wait)
+        record.state = GraphState.DISCARDED
+        del reg.records[record.graph_id]
+        reg.hold()
+    try:
+        # Captured work never ran: nothing to await. Eager work is awaited from the owner thread,
+        # which issued it (right even for the per-thread default stream), outside the lock.
+        errors += reg.disposal.drop(record, wait=record.eager)
+    finally:
+        reg.unhold()
+    attach_cleanup_errors(error, errors)
+    _finish(reg, session, error)
+
+
+def _close_session(session: Session) -> None:
+    """The capture is over (ended or abandoned): off this thread's list, its stream unclaimed.
+    Idempotent."""
+    if any(s is session for s in _open_here()):
+        _thread.open = [s for s in _open_here() if s is not session]
+    claimed, session.claimed = session.claimed, None
+    if claimed == "capture":
+        claims.release_capture(session.record.stream)
+    elif claimed == "use":
+        claims.release(session.record.stream)
+
+
+def _finish(reg: Registry, session: Session, error: BaseException | None) -> None:
+    _close_session(session)
+    session.capture.expire()
+    with reg.lock:
+        reg.session = None
+    errors = exit_guard(session.guard, error)
+    if error is not None:
+        attach_cleanup_errors(error, errors)
+        reg.ctx.restore(session.prev_ctx, error)
+        return
+    reg.ctx.restore(session.prev_ctx, None)
+    if errors:
+        raise errors[0]
+
+
+def warm_up(reg: Registry, graph_id: int, step: Callable[[Capture], None], stream) -> None:
+    """Run ``step`` once eagerly on the capture stream (compiling and loading its kernels), wait for
+    it outside the lock, and free its staging buffers."""
+    with reg.lock:
+        reg.entry()
+        refuse_on_capturing_thread(f"warm up graph {graph_id}")
+        if reg.session is not None:
+            raise CaptureError(f"cannot warm up graph {graph_id}: graph {reg.session.record.graph_id} is "
+                               "being captured")
+        if graph_id in reg.records:
+            raise GraphStateError(f"cannot capture graph {graph_id}: it already exists")
+        handle = reg.resolve_stream(stream)
+        check_capture_stream(handle, graphs_enabled=True)
+        with reg.ctx.current():
+            reg.check_stream(handle, f"warm up graph {graph_id}")  # before the step touches it
+        reg.hold()
+    try:
+        with reg.ctx.current(), claims.use(handle, f"warm up graph {graph_id}"):
+            scratch = GraphRecord(graph_id, handle, eager=True, owner=reg.token)  # never registered
+            scratch.mark_issuing()
+            cap = Capture(reg.driver, scratch, reg.device, relaxed=False, host_errors=reg.host_errors)
+            try:
+                step(cap)
+            except BaseException as exc:
+                cap.expire()
+                attach_cleanup_errors(exc, reg.disposal.drop(scratch))
+                raise
+            cap.expire()
+            errors = reg.disposal.drop(scratch)  # waits for the run, frees its buffers
+            if errors:
+                raise attach_cleanup_errors(errors[0], errors[1:])
+    finally:
+        reg.unhold()
+
+
+def run_eager(reg: Registry, record: GraphRecord) -> None:
+    """Graphs disabled: run a recorded step again, eagerly, reusing its first run's staging buffers.
+    An exception the step raises reaches the caller unchanged (cleanup errors attached)."""
+    if record.step is None:
+        raise GraphStateError(f"graph {record.graph_id} ran eagerly (graphs disabled) from a capture "
+                              "block and has nothing to replay; use record(graph_id, step) instead")
+    cap = Capture(reg.driver, record, reg.device, relaxed=False, host_errors=reg.host_errors,
+                  reuse=record.buffers)
+    with claims.use(record.stream, f"replay graph {record.graph_id} eagerly"):
+        record.mark_issuing()
+        try:
+            record.step(cap)
+        except BaseException as exc:
+            cap.expire()
+            try:
+                record.mark_run(reg.driver)
+            except Exception as cleanup:
+                attach_cleanup_errors(exc, [cleanup])
+            raise
+        cap.expire()
+        record.mark_run(reg.driver)
+
+
+def end_abandoned_capture(driver: Driver, record: GraphRecord) -> list[BaseException]:
+    """Take a failed capture's stream out of capture, keeping any partial graph in ``record`` (to be
+    destroyed with it). Retries once, so one failed end cannot leave the stream capturing.
+    Returns the errors; never raises."""
+    errors = []
+    for _ in range(2):
+        try:
+            status = driver.stream_capture_status(record.stream)
+        except Exception as exc:
+            errors.append(exc)
+            status = None  # unknown: try to end anyway
+        if record.graph is not None or status is CaptureStatus.NONE:
+            break
+        try:
+            record.graph = driver.stream_end_capture(record.stream)
+        except Exception as exc:
+            errors.append(exc)
+    return errors
+
+
+def exit_guard(guard, error: BaseException | None) -> list[BaseException]:
+    """Exit a capture guard (see ``GraphProvider(capture_guard=...)``); returns its error, if any."""
+    try:
+        if error is None:
+            guard.__exit__(None, None, None)
+        else:
+            guard.__exit__(type(error), error, error.__traceback__)
+    except Exception as exc:
+        return [exc]
+    return []
