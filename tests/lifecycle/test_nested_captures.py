@@ -150,16 +150,29 @@ def test_eager_work_and_a_capture_never_share_a_stream_at_once(backend):
             cap.copy_to_device(dst, cap.stage(np.full(8, 7.0, np.float32)))
         assert isinstance(errors[0], StreamError) and "being captured for graph 7" in str(errors[0])
         assert eager.graph_ids() == ()
-        open_eager = []
-        t = threading.Thread(target=lambda: open_eager.append(eager.begin_capture(2, stream=s)))
+        # The eager record is begun and ended on one worker thread (thread-local capture), held
+        # open while this thread tries to capture on the same stream.
+        opened, done = threading.Event(), threading.Event()
+        failures = []
+
+        def hold_eager_record():
+            try:
+                handle = eager.begin_capture(2, stream=s)
+                opened.set()
+                done.wait(20)
+                eager.end_capture(handle)
+            except Exception as exc:  # reported by the assertion below
+                failures.append(exc)
+                opened.set()
+        t = threading.Thread(target=hold_eager_record)
         t.start()
-        t.join(20)
+        assert opened.wait(20) and not failures, failures
         with pytest.raises(StreamError, match="in use by another operation"):
             with p.capture(8, stream=s):
                 pass
-        t = threading.Thread(target=lambda: eager.end_capture(open_eager[0]))
-        t.start()
+        done.set()
         t.join(20)
+        assert not failures, failures
         p.replay(7)
         p.synchronize(7)
         np.testing.assert_array_equal(backend.read(dst), np.full(8, 7.0))
