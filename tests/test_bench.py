@@ -200,8 +200,10 @@ def test_command_line_errors_exit_with_status_2():
 
 # -- the autotune table --------------------------------------------------------------------------------------
 def test_the_autotune_table_picks_the_faster_path_per_shape_and_dispatch_reads_it(tmp_path):
-    from int4gemv.controls import Controls
+    from int4gemv import Problem
+    from int4gemv.autotune import load_autotune_table
     from int4gemv.dispatch import plan_gemv
+    from int4gemv.tuning import resolve_tuning
 
     doc = synthetic_doc()
     for r in doc["rows"]:  # make the default tiling win on lm_head
@@ -222,11 +224,15 @@ def test_the_autotune_table_picks_the_faster_path_per_shape_and_dispatch_reads_i
                                      "note": "single_warp 4x2 2.1 us vs default 3.0 us"}
     assert entries[(151936, 2048)]["variant"] == "default" and entries[(151936, 2048)]["cols"] is None
 
-    loaded = {gpu: {(e["N"], e["K"]): e for e in d["entries"]} for gpu, d in table["devices"].items()}
-    auto = Controls("auto", "INT4GEMV_SINGLE_WARP=auto")
-    plan = plan_gemv(1, 2048, 2048, 32, np.float16, auto, "NVIDIA H200", loaded)
-    assert (plan.kernel, plan.cols, plan.unroll) == ("single_warp", 4, 2)
-    assert plan_gemv(1, 151936, 2048, 32, np.float16, auto, "NVIDIA H200", loaded).kernel == "default"
+    loaded = load_autotune_table(path)  # the written table passes the schema check
+    auto = resolve_tuning("auto")
+
+    def planned(N, K):
+        return plan_gemv(Problem(1, N, K, 32, "float16", False, False), auto,
+                         device_name="NVIDIA H200", table=loaded)
+    plan = planned(2048, 2048)
+    assert (plan.kernel, plan.config.cols, plan.config.unroll) == ("single_warp", 4, 2)
+    assert planned(151936, 2048).kernel == "default"
 
 
 def test_an_untimed_document_gives_no_autotune_table():

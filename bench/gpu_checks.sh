@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The GPU evidence in one command (run from the repository root on a CUDA machine):
+# the whole test suite (no simulator: every GPU test runs), then the real-driver lifecycle stress.
+# Logs go to ${OUT:-bench/results}. Usage: bench/gpu_checks.sh [pytest args...]
+set -uo pipefail
+out=${OUT:-bench/results}
+stamp=$(date -u +%Y%m%dT%H%M)
+mkdir -p "$out"
+workers=$(python3 -c "import os; print(min(8, max(1, (os.cpu_count() or 2) // 2)))")
+LIFECYCLE_REQUIRE_GPU=1 timeout 480 python3 -m pytest -q -rs -p no:cacheprovider -n "$workers" \
+    tests "$@" 2>&1 | tee "$out/pytest-gpu-h200-$stamp.log" | tail -25
+timeout 90 python3 bench/gpu_lifecycle_check.py --stress --stress-ops 200 2>&1 \
+    | tee "$out/lifecycle-stress-h200-$stamp.log" | tail -8
