@@ -141,15 +141,17 @@ class BoundLaunch:
 
 
 class _NumbaLaunch:
-    """The simulator's launch: through Numba, with the same interface."""
+    """The simulator's launch: through Numba, with the same interface. The simulator's
+    ``kernel[grid, block]`` sets the geometry on the kernel object itself, so it is applied at
+    each launch (two bindings of one kernel would otherwise share the last one's geometry)."""
 
-    __slots__ = ("_kernel", "_args")
+    __slots__ = ("_dispatcher", "_config", "_args")
 
     def __init__(self, dispatcher, args, grid, block, shared=0, programmatic=False):
-        self._kernel, self._args = dispatcher[tuple(grid), tuple(block), 0, shared], args
+        self._dispatcher, self._config, self._args = dispatcher, (tuple(grid), tuple(block), 0, shared), args
 
     def launch(self, stream_handle=0):
-        self._kernel(*self._args)
+        self._dispatcher[self._config](*self._args)
 
 
 def bind(dispatcher, args, grid, block, shared=0, programmatic=False):

@@ -1,0 +1,49 @@
+"""Elementwise kernels of the decode chain: ``m = silu(g) · u`` on fp16 vectors.
+
+``g`` and ``u`` are the two halves of one ``[2n]`` vector (the output of a merged gate/up GEMV,
+or of separate gate and up GEMVs writing its halves), so one kernel serves both layouts.
+Arithmetic is float32 (``sigmoid`` from ``exp(-|g|)``, so no overflow at any fp16 input); the
+result is rounded once to fp16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+__all__ = ["silu_mul_kernel", "silu_mul_geometry", "check_silu_mul", "THREADS"]
+
+THREADS = 256  # threads per block; one element per thread
+
+
+@cuda.jit
+def silu_mul_kernel(gu, m):
+    """``m[i] = silu(gu[i]) · gu[n + i]`` for ``i < n = m.shape[0]``; fp16 ``gu [2n]``, ``m [n]``."""
+    i = cuda.grid(1)
+    n = m.shape[0]
+    if i < n:
+        g = float32(gu[i])
+        e = math.exp(-abs(g))  # never overflows: sigmoid(g) from exp(-|g|) on both sides
+        sigmoid = float32(1.0) / (float32(1.0) + e) if g >= 0 else e / (float32(1.0) + e)
+        m[i] = g * sigmoid * float32(gu[n + i])
+
+
+def silu_mul_geometry(n: int):
+    """``(grid, block)`` covering ``n`` outputs."""
+    return (max(1, -(-n // THREADS)),), (THREADS,)
+
+
+def check_silu_mul(gu, m) -> int:
+    """Validate the arguments of :func:`silu_mul_kernel` (device arrays, fp16, 1-D, ``gu`` twice
+    as long as ``m``); returns ``n``. Raises TypeError/ValueError naming the argument."""
+    for name, x in (("gu", gu), ("m", m)):
+        if isinstance(x, np.ndarray) or not hasattr(x, "copy_to_host"):
+            raise TypeError(f"{name} must be a Numba device array; got {type(x).__name__}")
+        if np.dtype(x.dtype) != np.float16 or len(x.shape) != 1:
+            raise TypeError(f"{name} must be a 1-D float16 array; got {x.dtype} {tuple(x.shape)}")
+    n = m.shape[0]
+    if gu.shape[0] != 2 * n or n == 0:
+        raise ValueError(f"gu must have shape ({2 * n},) = 2 x m's length; got {tuple(gu.shape)}")
+    return n

@@ -1,0 +1,199 @@
+"""The decode chain (``int4gemv.chain``) on the simulator, and its float64 model on the host.
+
+The chain runs at a tiny shape (2 layers, hidden 32, MLP 64, vocab 48): Numba's simulator costs
+about 0.1 s per output column of a GEMV, so the issue's hidden 64 / MLP 128 / vocab 96 would
+take about two minutes a step. The single-warp kernel runs with 16 columns per warp here (four
+times fewer simulated threads than its default 4). Full-size runs: ``tests/test_chain_gpu.py``.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import int4gemv as ig
+from int4gemv.chain import TUNINGS, DecodeChain, SimulatedStreams, launch_options
+from int4gemv.chain_model import (ChainShape, LayerWeights, exact_gemv, random_chain,
+                                  reference_logits, relative_error, tolerance)
+from int4gemv.kernels.elementwise import check_silu_mul, silu_mul_geometry, silu_mul_kernel
+
+TINY = ChainShape(layers=2, hidden=32, intermediate=64, q_dim=32, kv_dim=16, vocab=48)
+
+
+@pytest.fixture(scope="module")
+def tiny_chain():
+    return random_chain(TINY, seed=11)
+
+
+@pytest.fixture
+def wide_columns(monkeypatch):
+    """16 columns per warp for the single-warp kernel: a quarter of the simulated threads."""
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", "16")
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP_UNROLL", "1")
+
+
+def _poison(chain):
+    """NaN in every buffer the step writes, so a launch that writes nothing is caught."""
+    for buf in (chain.qkv, chain.h, chain.gu, chain.m, chain.logits):
+        buf.copy_to_device(np.full(buf.shape, np.nan, np.float16))
+
+
+# -- the float64 model (host only) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("block_size, K, symmetric", [(16, 72, False), (32, 96, True),
+                                                      (64, 200, False), (128, 136, True)])
+def test_exact_gemv_is_reference_gemv(rng, block_size, K, symmetric):
+    w = ig.quantize(rng.standard_normal((20, K)).astype(np.float32), block_size, symmetric=symmetric)
+    x, bias = rng.standard_normal(K), rng.standard_normal(20)
+    want = ig.reference_gemv(x, w, bias)
+    np.testing.assert_allclose(exact_gemv(x, w, bias, rows=7), want, rtol=1e-12, atol=1e-12)
+
+
+def test_random_chain_keeps_activations_order_one(rng):
+    shape = ChainShape(layers=28, hidden=256, intermediate=512, q_dim=256, kv_dim=128, vocab=300)
+    layers, lm_head = random_chain(shape, seed=3)
+    logits = reference_logits(layers, lm_head, rng.standard_normal(256).astype(np.float16))
+    assert 0.3 < np.sqrt(np.mean(logits ** 2)) < 3
+
+
+def _float64_chain_without_residual(layers, lm_head, x):
+    """The chain with ``h = W_o·q`` (the residual add dropped): what a wiring bug computes."""
+    for layer in layers:
+        h = exact_gemv(exact_gemv(x, layer.q), layer.o)
+        g, u = exact_gemv(h, layer.gate), exact_gemv(h, layer.up)
+        x = exact_gemv(g / (1 + np.exp(-g)) * u, layer.down, h)
+    return exact_gemv(x, lm_head)
+
+
+@pytest.mark.parametrize("layers", [2, 28])
+def test_tolerance_admits_fp16_rounding_and_rejects_a_missing_residual(rng, layers):
+    shape = ChainShape(layers=layers, hidden=128, intermediate=256, q_dim=128, kv_dim=64, vocab=200)
+    weights = random_chain(shape, seed=layers)
+    for _ in range(3):
+        x = rng.standard_normal(128).astype(np.float16)
+        ref = reference_logits(*weights, x)
+        ideal = reference_logits(*weights, x, store=np.float16)  # every intermediate rounded
+        assert relative_error(ideal, ref) < tolerance(layers) / 2
+        assert relative_error(_float64_chain_without_residual(*weights, x), ref) > 10 * tolerance(layers)
+    assert math.isinf(relative_error(np.full(3, np.nan), np.ones(3)))
+
+
+def test_layer_weights_check_their_shapes(rng, tiny_chain):
+    layer = tiny_chain[0][0]
+    parts = {name: getattr(layer, name) for name in ("q", "k", "v", "o", "gate", "up", "down")}
+    with pytest.raises(ValueError, match="down has N=32, K=32"):
+        LayerWeights(**dict(parts, down=parts["o"]))
+    with pytest.raises(TypeError, match="gate must be an int4gemv.QuantizedWeight"):
+        LayerWeights(**dict(parts, gate=np.zeros(3)))
+    merged = layer.qkv
+    assert merged.N == 32 + 2 * 16
+    np.testing.assert_array_equal(merged.dequantize()[32:48], layer.k.dequantize())
+
+
+def test_launch_options_is_the_one_kernel_choice():
+    assert launch_options("auto+pdl") == {"variant": "auto", "pdl": True}
+    assert launch_options("default") == {"variant": "default", "pdl": False}
+    assert set(TUNINGS) == {v + p for v in ("default", "single_warp", "auto") for p in ("", "+pdl")}
+    with pytest.raises(ValueError, match="tuning must be one of"):
+        launch_options("auto+l2")
+
+
+# -- bad input, refused before any launch ----------------------------------------------------------
+
+def test_bad_chain_input_is_refused(tiny_chain):
+    layers, lm_head = tiny_chain
+    with pytest.raises(TypeError, match="layers must be"):
+        DecodeChain([], lm_head)
+    with pytest.raises(TypeError, match="lm_head must be"):
+        DecodeChain(layers, None)
+    with pytest.raises(TypeError, match="merged must be a bool"):
+        DecodeChain(layers, lm_head, merged=1)
+    with pytest.raises(ValueError, match="tuning must be one of"):
+        DecodeChain(layers, lm_head, tuning="fast")
+    with pytest.raises(ValueError, match="lm_head has K=48"):
+        DecodeChain(layers, random_chain(ChainShape(1, 48, 64, 32, 16, 8), seed=0)[1])
+    other = random_chain(ChainShape(1, 32, 96, 32, 16, 48), seed=0)[0]
+    with pytest.raises(ValueError, match=r"layers\[1\] has"):
+        DecodeChain((layers[0], other[0]), lm_head)
+    chain = DecodeChain(layers, lm_head, tuning="default")
+    with pytest.raises(ValueError, match=r"x must have shape \(32,\)"):
+        chain.run(np.zeros(31, np.float16))
+    with pytest.raises(TypeError, match="x must be a numpy float array"):
+        chain.run(np.zeros(32, np.int32))
+
+
+def test_silu_mul_arguments_are_checked():
+    gu, m = cuda.device_array(10, np.float16), cuda.device_array(5, np.float16)
+    assert check_silu_mul(gu, m) == 5
+    with pytest.raises(ValueError, match=r"gu must have shape \(8,\)"):
+        check_silu_mul(gu, cuda.device_array(4, np.float16))
+    with pytest.raises(TypeError, match="m must be a 1-D float16"):
+        check_silu_mul(gu, cuda.device_array(5, np.float32))
+    with pytest.raises(TypeError, match="gu must be a Numba device array"):
+        check_silu_mul(np.zeros(10, np.float16), m)
+
+
+# -- kernels and the chain on the simulator ---------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # 60000 · u is inf in fp16
+def test_silu_mul_kernel_is_float64_silu_times_u(rng):
+    n = 300  # two blocks, the second partly empty
+    gu_h = (rng.standard_normal(2 * n) * 4).astype(np.float16)
+    gu_h[:4] = [60000, -60000, -30, 0]  # exp(-|g|) never overflows
+    gu, m = cuda.to_device(gu_h), cuda.to_device(np.full(n + 8, np.nan, np.float16))
+    grid, block = silu_mul_geometry(n)
+    silu_mul_kernel[grid, block](gu, m[:n])
+    got, g, u = m.copy_to_host(), gu_h[:n].astype(np.float64), gu_h[n:].astype(np.float64)
+    with np.errstate(over="ignore"):
+        want = g / (1 + np.exp(-g)) * u
+    finite = np.abs(want) < 65504
+    np.testing.assert_allclose(got[:n][finite], want[finite], rtol=2 ** -10, atol=1e-7)
+    assert np.all(np.isinf(got[:n][~finite])) and np.all(np.isnan(got[n:]))
+
+
+@pytest.mark.parametrize("merged, launches", [(True, 11), (False, 17)])
+def test_eager_chain_matches_float64(rng, tiny_chain, wide_columns, merged, launches):
+    chain = DecodeChain(*tiny_chain, merged=merged, tuning="single_warp")
+    assert chain.launches == launches and all(p.kernel == "single_warp" for p in chain.plans())
+    x = rng.standard_normal(TINY.hidden).astype(np.float16)
+    _poison(chain)
+    logits = chain.run(x)
+    assert relative_error(logits, reference_logits(*tiny_chain, x)) < tolerance(TINY.layers)
+
+
+@pytest.fixture
+def sim_provider():
+    import lifecycle
+
+    sim = lifecycle.SimDriver(timeout=900.0)  # a simulated step takes tens of seconds
+    prev = sim.ctx_get_current()
+    sim.ctx_set_current(sim.primary_ctx_retain(0))
+    provider = lifecycle.GraphProvider(sim, device=0)
+    try:
+        yield sim, provider
+    finally:
+        provider.close()
+        sim.ctx_set_current(prev)
+        sim.primary_ctx_release(0)
+        sim.close()
+
+
+def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_chain, wide_columns,
+                                                                   sim_provider):
+    sim, provider = sim_provider
+    chain = DecodeChain(*tiny_chain, merged=True, tuning="single_warp+pdl")
+    x0, x1 = (rng.standard_normal(TINY.hidden).astype(np.float16) for _ in range(2))
+    eager = chain.run(x1)
+    graph = chain.capture(provider, 5, x0, streams=SimulatedStreams(sim))
+    c = provider.counters
+    assert (c.graphs_alive, c.pinned_buffers, c.pinned_bytes) == (1, 1, x0.nbytes)
+    _poison(chain)
+    chain.x.copy_to_device(np.zeros(TINY.hidden, np.float16))  # the replay must copy its own input
+    replayed = graph(x1)  # x1 written into the retained pinned buffer, then one replay
+    np.testing.assert_array_equal(replayed, eager)
+    assert relative_error(replayed, reference_logits(*tiny_chain, x1)) < tolerance(TINY.layers)
+    graph.release()
+    c = provider.counters
+    assert (c.graphs_alive, c.pinned_buffers, c.pinned_bytes, c.pending_cleanup, c.host_funcs) == (0,) * 5
+    assert sim.violations == []
