@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-WORKLOAD = Path(__file__).parent / "workloads" / "qwen3_vl_2b_decode.json"
+WORKLOAD = Path(__file__).resolve().parents[1] / "int4gemv" / "workloads" / "qwen3_vl_2b_decode.json"
 LAYOUTS = ("merged", "separate")
 
 __all__ = ["copy_bandwidth", "replay_times_us", "measure_config", "main"]

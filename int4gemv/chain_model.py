@@ -53,7 +53,7 @@ class ChainShape:
 
     @classmethod
     def from_workload(cls, workload: dict, layers: int | None = None) -> "ChainShape":
-        """The shape of a ``bench/workloads/*.json`` model (``layers`` overrides its layer count)."""
+        """The shape of a ``int4gemv/workloads/*.json`` model (``layers`` overrides its layer count)."""
         m = workload["model"]
         return cls(layers=int(layers or m["num_hidden_layers"]), hidden=int(m["hidden_size"]),
                    intermediate=int(m["intermediate_size"]),

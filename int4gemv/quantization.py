@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .arrays import BFLOAT16, DTYPES, numpy_dtype
@@ -67,7 +68,7 @@ def quantize(w, block_size: int = 32, symmetric: bool = True, *, dtype: str = "f
         scale = (hi - lo) / 15.0
         zp = np.round(np.clip(-lo / np.where(scale == 0, 1.0, scale), 0, 15))
     scale = np.where(scale == 0, 1.0, scale)
-    limit = float(np.finfo(numpy_dtype(dtype)).max)
+    limit = float(ml_dtypes.finfo(numpy_dtype(dtype)).max)
     if np.abs(scale).max() > limit:
         raise ValueError(f"w is too large to quantize with {dtype} scales: a block's scale "
                          f"{np.abs(scale).max():.6g} exceeds {limit:.6g}")

@@ -23,6 +23,7 @@ the caller makes there are seen by later calls (and by ``dequantize``, which rea
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .arrays import BFLOAT16, DTYPES, check_array, describe, device_view, numpy_dtype
@@ -84,7 +85,7 @@ def _convert_scales(scales, dtype):
     back = out.astype(np.float64)
     if not np.all(np.isfinite(back)):
         raise ValueError(f"scales overflow {dtype}: largest magnitude {np.abs(wide).max():.6g} "
-                         f"(the largest {dtype} is {float(np.finfo(numpy_dtype(dtype)).max):.6g})")
+                         f"(the largest {dtype} is {float(ml_dtypes.finfo(numpy_dtype(dtype)).max):.6g})")
     if np.any((back == 0) & (wide != 0)):
         raise ValueError(f"scales underflow {dtype}: a nonzero scale (smallest magnitude "
                          f"{np.abs(wide[wide != 0]).min():.3g}) rounds to zero")

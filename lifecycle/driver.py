@@ -19,6 +19,7 @@ from cuda.bindings.driver import CUresult
 from .errors import DriverError
 
 __all__ = [
+    "is_driver",
     "Driver", "CaptureStatus", "CaptureMode", "STREAM_LEGACY", "STREAM_PER_THREAD", "CALLS",
     "check", "result_name",
 ]
@@ -148,3 +149,11 @@ def check(call: str, result):
     if not values:
         return None
     return values[0] if len(values) == 1 else values
+
+
+def is_driver(obj) -> bool:
+    """Whether ``obj`` offers every :class:`Driver` method (attribute lookup, so wrappers that
+    forward through ``__getattr__``, like the fault-injecting driver, qualify; Python 3.12's
+    protocol ``isinstance`` looks attributes up statically and would refuse them)."""
+    names = [n for n in Driver.__dict__ if not n.startswith("_") and callable(Driver.__dict__[n])]
+    return all(callable(getattr(obj, n, None)) for n in names)

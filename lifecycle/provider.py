@@ -27,7 +27,7 @@ from . import sessions
 from .capture import Capture
 from .context import ContextBinding
 from .disposal import finalize, teardown
-from .driver import Driver
+from .driver import Driver, is_driver
 from .errors import attach_cleanup_errors
 from .record import GraphState
 from .registry import Counters, Registry, check_graph_id
@@ -67,7 +67,7 @@ class GraphProvider:
         if driver is None:
             from .real_driver import RealDriver
             driver = RealDriver()
-        elif not isinstance(driver, Driver):
+        elif not is_driver(driver):
             raise TypeError(f"driver must be a lifecycle Driver (RealDriver, SimDriver, FaultInjectingDriver); "
                             f"got {type(driver).__name__}")
         if isinstance(device, (bool, np.bool_)) or not isinstance(device, (int, np.integer)):

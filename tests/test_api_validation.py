@@ -7,6 +7,9 @@ from numba import cuda
 
 import int4gemv as ig
 import int4gemv.pipeline as pipeline
+from int4gemv.device import simulated
+
+SIMULATED = simulated()
 
 BF16 = ml_dtypes.bfloat16
 
@@ -142,16 +145,28 @@ def test_explain_validates_and_launches_nothing(w, rng, no_launch):
 
 
 class FakeTensor:
-    """The attributes the pipeline reads of a torch tensor (torch is not installed here): memory
-    of a host numpy array, which is what the simulator's device memory is."""
+    """The attributes the pipeline reads of a torch tensor (torch need not be installed): its
+    memory is the host numpy array on the simulator (what the simulator's device memory is) and a
+    device copy of it on a GPU (``to_host`` reads it back)."""
 
     def __init__(self, host, dtype="torch.float16", device_type="cuda", index=0):
         self.host, self.dtype, self.shape = host, dtype, host.shape
         self.device = type("device", (), {"type": device_type, "index": index,
                                           "__repr__": lambda s: f"{device_type}:{index}"})()
+        self.mem = None
+        if not SIMULATED and host.flags.c_contiguous:
+            from numba import cuda
+            self.mem = cuda.to_device(host.view(np.uint8))
 
     def data_ptr(self):
-        return self.host.ctypes.data
+        if self.mem is None:
+            return self.host.ctypes.data
+        return self.mem.device_ctypes_pointer.value
+
+    def to_host(self):
+        if self.mem is None:
+            return self.host
+        return self.mem.copy_to_host().view(self.host.dtype).reshape(self.shape)
 
     def stride(self):
         return tuple(s // self.host.itemsize for s in self.host.strides)
@@ -178,6 +193,11 @@ def test_torch_like_fp16_tensor_runs(rng):
     w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
     a = rng.standard_normal(64).astype(np.float16)
     out = np.full(8, np.nan, np.float16)
-    ig.gemv(FakeTensor(a), w, out=FakeTensor(out))
+    out_tensor = FakeTensor(out)
+    ig.gemv(FakeTensor(a), w, out=out_tensor)
+    if not SIMULATED:
+        from numba import cuda
+        cuda.synchronize()
+    y = out_tensor.to_host().astype(np.float64)
     ref = ig.reference_gemv(a, w)
-    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 2e-3
+    assert np.all(np.isfinite(y)) and np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3

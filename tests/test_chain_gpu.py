@@ -15,7 +15,7 @@ from int4gemv.chain_model import ChainShape, random_chain, reference_logits, rel
 
 pytestmark = pytest.mark.gpu
 
-WORKLOAD = Path(__file__).resolve().parents[1] / "bench" / "workloads" / "qwen3_vl_2b_decode.json"
+WORKLOAD = Path(__file__).resolve().parents[1] / "int4gemv" / "workloads" / "qwen3_vl_2b_decode.json"
 RACE_RUNS = 1000
 
 
