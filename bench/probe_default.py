@@ -176,32 +176,25 @@ def main(argv=None):
         torch.cuda.empty_cache()
 
     def run_single_warp(name, N, K):
+        """The single-warp specialization as ``auto`` picks it, through the public API."""
         import int4gemv as ig
-        from int4gemv.dispatch import plan_gemv
-        from int4gemv.kernels import single_warp_kernel
 
-        plan = plan_gemv(1, N, K, 32, np.float16, ig.read_controls("auto"),
-                         torch.cuda.get_device_name(), multiprocessors=sms)
-        if plan.kernel != "single_warp":
-            print(f"single-warp {name}: auto picks {plan.kernel}")
-            return
         nbytes = N * K // 2 + N * K // 32 * 2
         copies = max(1, -(-ROTATE_BYTES // nbytes))
         ws = [torch_weights(torch, N, K, 32, False, "float16", gen) for _ in range(copies)]
         a = torch.randn((K,), device="cuda", generator=gen).half()
         out = torch.empty((N,), device="cuda", dtype=torch.float16)
-        kernel = single_warp_kernel(plan.cols, plan.unroll, plan.activations, False,
-                                    plan.blocks_per_sm, True, False, False)
-        bound = [bind(kernel, (cuda.as_cuda_array(a).view(np.uint64),
-                               cuda.as_cuda_array(p).view(np.uint64), cuda.as_cuda_array(s),
-                               cuda.as_cuda_array(z), False, cuda.as_cuda_array(out), False,
-                               cuda.as_cuda_array(out), K), plan.grid, plan.block)
-                 for p, s, z in ws]
-        t = time_issue(lambda i, h: bound[i % copies].launch(h), copies)
-        rows.append(dict(kind="single_warp_auto", shape=name, N=N, K=K, M=1, us=t.us,
-                         tuning=f"{plan.cols}x{plan.unroll}"))
-        print(f"single-warp auto {name:8s} {plan.cols}x{plan.unroll} {t.us:8.2f} us", flush=True)
-        del ws, bound
+        runs = [ig.prepare(a, ig.QuantizedWeight.from_device(p, s.view(N, -1), K=K, N=N,
+                                                             block_size=32),
+                           out=out, tuning=ig.Tuning("auto"))
+                for p, s, _ in ws]
+        plan = runs[0].plan
+        t = time_issue(lambda i, h: runs[i % copies](h), copies)
+        rows.append(dict(kind="single_warp", shape=name, N=N, K=K, M=1, us=t.us,
+                         tuning=f"{plan.config.cols}x{plan.config.unroll}"))
+        print(f"single-warp {name:8s} {plan.config.cols}x{plan.config.unroll} {t.us:8.2f} us",
+              flush=True)
+        del ws, runs
         torch.cuda.empty_cache()
 
     N, K = SHAPES["lm_head"]

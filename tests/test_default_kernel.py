@@ -135,7 +135,7 @@ def test_long_k_several_chunks_per_lane_and_unroll(rng):
     for dtype in DTYPES:
         a, w, bias = make(rng, 3, 2056, 32, True, 1, dtype)
         y, config = run(a, w, bias, dtype)
-        assert config.lanes == 32 and config.unroll == 2
+        assert config.lanes == 32 and config.unroll == (2 if dtype == "float16" else 1)
         check(y, a, w, bias, dtype)
 
 
@@ -171,9 +171,10 @@ def test_config_validates_itself():
         DefaultConfig("float16", 1, 32, False, lanes=3)
 
 
-@pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("M", [1, 3, 16])
+@pytest.mark.parametrize("dtype, M", [("float16", 1), ("float16", 3), ("float16", 16),
+                                      ("bfloat16", 1), ("bfloat16", 3)])
 def test_through_gemv_every_dtype_and_batch(rng, dtype, M):
+    # (bf16 at M = 16 runs in test_batch_rows: through gemv it takes minutes on the simulator)
     # The public path: quantize in the dtype, gemv on host arrays, default tiling (no env set).
     w = ig.quantize(rng.standard_normal((11, 200)).astype(np.float32), 64, symmetric=False,
                     dtype=dtype)

@@ -120,7 +120,7 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     """The default configuration for a problem (``cols`` overrides the column count).
 
     lanes: enough lanes per column for its chunks (K short: several columns per warp);
-    unroll: up to 2 chunks per lane per step; cols: 4 for M = 1, 2 for M > 1 (registers), fewer
+    unroll: up to 2 chunks per lane per step (1 for bf16); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
     while the grid would not give every SM 8 warps; resident blocks per SM: 8 for one column
     (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md)."""
     chunks = -(-K // 32)
@@ -128,7 +128,8 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     while lanes < 32 and lanes < chunks:
         lanes *= 2
     per_lane = -(-chunks // lanes)
-    unroll = 1 if per_lane == 1 else 2
+    # bf16 keeps float32 pairs and activations live: unroll 2 spilled at 4 columns (H200).
+    unroll = 1 if per_lane == 1 or dtype == "bfloat16" else 2
     warps = 4
     if cols is None:
         cols = 4 if M == 1 else 2
