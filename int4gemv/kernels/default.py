@@ -2,7 +2,8 @@
 
 Block sizes 16/32/64/128, with or without zero points and bias, any N, K a multiple of 8, batch
 M from 1 to 16 in ONE launch that reads each weight byte once, fp16 or bf16 activations and
-scales (the output in the same dtype). One compiled kernel per :class:`DefaultConfig`.
+scales (the output in the same dtype). One compiled kernel per :class:`~.default_config.DefaultConfig` (:mod:`.default_config`
+holds the configuration, its per-problem choice and the launch geometry).
 
 Work decomposition. K is cut into 32-element *chunks* (16 bytes of nibbles, 4 uint32 words).
 A warp takes a *column group* of ``P * cols`` columns, ``P = 32 / lanes``: ``lanes`` consecutive
@@ -11,9 +12,9 @@ lanes share a column and lane ``s`` of them takes the column's chunks ``s, s + l
 ``unroll`` chunks of each of the lane's ``cols`` columns: all its 16-byte weight loads (with their
 scales and zero points) are issued before any is used (a second register buffer to overlap the
 next step's loads with this step's folding was measured slower: its registers cost occupancy and
-spilled; bench/NOTES.md). Folding unpacks
-each loaded word once and applies it to every activation row (M accumulators per column); the
-activations are read with 16-byte loads (L1 hits: every warp reads the same ones). After a
+spilled; bench/NOTES.md). Folding unpacks each loaded word once and applies it to every
+activation row (M accumulators per column); the activations are read with 16-byte loads (L1
+hits: every warp reads the same ones). After a
 column group's last step a shuffle reduction over the column's lanes finishes and one lane per
 column writes its M outputs (+ bias). Warps are persistent: the grid holds ``blocks_per_sm``
 blocks per SM (enforced by launch bounds) and warp ``w`` takes column groups ``w, w + warps in
@@ -35,12 +36,12 @@ address; columns past N are clamped for loads and never stored.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-
 import numpy as np
 from numba import cuda, float32
 
 from . import bf16
+from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choose_config,
+                             geometry)
 from .intrinsics import (SIMULATED, allow_next_grid, half2_fma, half2_sum, shfl_xor,
                          wait_for_previous_grid)
 from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
@@ -49,107 +50,7 @@ from .vector_loads import load8, load16
 __all__ = ["DefaultConfig", "choose_config", "default_kernel", "geometry", "DTYPES", "MAX_M",
            "COLS", "LANES", "UNROLLS"]
 
-DTYPES = ("float16", "bfloat16")
-MAX_M = 16
-COLS = (1, 2, 4, 8)
-LANES = (1, 2, 4, 8, 16, 32)
-UNROLLS = (1, 2, 4)
-_BLOCK_SIZES = (16, 32, 64, 128)
 _U0 = np.uint32(0)
-
-
-@dataclass(frozen=True)
-class DefaultConfig:
-    """One compilation of the default tiling (all fields are compile-time constants).
-
-    dtype: "float16" or "bfloat16" (activations, scales, bias and output);
-    M: batch rows 1..16; block_size: 16/32/64/128; zero_points: the weight has them;
-    cols: columns per lane per step (load parallelism); lanes: lanes per column (a power of
-    two, <= 32); unroll: chunks per lane per step; warps: warps per block;
-    blocks_per_sm: resident blocks per SM (launch bounds; the persistent grid's size);
-    act_vector: activations 16-byte aligned (16-byte loads; else 2-byte loads);
-    weight_vector: packed rows 16-byte aligned (16-byte loads; else two 8-byte loads);
-    pdl: compiled for a programmatic dependent launch (sm_90+): the kernel lets the next such
-    launch start at once, issues its first weight loads, and only then waits for the previous
-    grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``.
-    """
-
-    dtype: str
-    M: int
-    block_size: int
-    zero_points: bool
-    cols: int = 2
-    lanes: int = 32
-    unroll: int = 2
-    warps: int = 4
-    blocks_per_sm: int = 8
-    act_vector: bool = True
-    weight_vector: bool = True
-    pdl: bool = False
-
-    def __post_init__(self):
-        def check(name, ok, accepted):
-            if not ok:
-                raise ValueError(f"DefaultConfig.{name} must be {accepted}; "
-                                 f"got {getattr(self, name)!r}")
-        check("dtype", self.dtype in DTYPES, f"one of {DTYPES}")
-        for name in ("M", "block_size", "cols", "lanes", "unroll", "warps", "blocks_per_sm"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
-        for name in ("zero_points", "act_vector", "weight_vector", "pdl"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise TypeError(f"DefaultConfig.{name} must be a bool")
-        check("M", 1 <= self.M <= MAX_M, f"in 1..{MAX_M}")
-        check("block_size", self.block_size in _BLOCK_SIZES, f"one of {_BLOCK_SIZES}")
-        check("cols", self.cols in COLS, f"one of {COLS}")
-        check("lanes", self.lanes in LANES, f"one of {LANES}")
-        check("unroll", self.unroll in UNROLLS, f"one of {UNROLLS}")
-        check("warps", self.warps in (1, 2, 4, 8), "one of (1, 2, 4, 8)")
-        check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
-              f"in 1..{64 // self.warps}")
-
-    @property
-    def columns_per_warp(self) -> int:
-        return 32 // self.lanes * self.cols
-
-
-def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True,
-                  weight_aligned16=True, cols=None, multiprocessors=132,
-                  pdl=False) -> DefaultConfig:
-    """The default configuration for a problem (``cols`` overrides the column count).
-
-    lanes: enough lanes per column for its chunks (K short: several columns per warp);
-    unroll: up to 2 chunks per lane per step (1 for bf16); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
-    while the grid would not give every SM 8 warps; resident blocks per SM: 8 for one column
-    (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md)."""
-    chunks = -(-K // 32)
-    lanes = 1
-    while lanes < 32 and lanes < chunks:
-        lanes *= 2
-    per_lane = -(-chunks // lanes)
-    # bf16 keeps float32 pairs and activations live: unroll 2 spilled at 4 columns (H200).
-    unroll = 1 if per_lane == 1 or dtype == "bfloat16" else 2
-    warps = 4
-    if cols is None:
-        cols = 4 if M == 1 else 2
-        while cols > 1 and -(-N // (32 // lanes * cols)) < 8 * multiprocessors:
-            cols //= 2
-    blocks = 8 if (cols == 1 and M == 1) else (4 if M <= 4 else 2)
-    row_bytes = -(-K // block_size) * block_size // 2
-    return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),
-                         zero_points=bool(zero_points), cols=cols, lanes=lanes, unroll=unroll,
-                         warps=warps, blocks_per_sm=blocks, act_vector=bool(act_aligned16),
-                         weight_vector=bool(weight_aligned16) and row_bytes % 16 == 0,
-                         pdl=bool(pdl))
-
-
-def geometry(config: DefaultConfig, N: int, multiprocessors: int):
-    """``(grid, block)``: a persistent grid of at most ``blocks_per_sm`` blocks per SM."""
-    groups = -(-N // config.columns_per_warp)
-    blocks = -(-groups // config.warps)
-    return (max(1, min(blocks, config.blocks_per_sm * multiprocessors)), 1, 1), \
-        (32 * config.warps, 1, 1)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,113 @@
+"""The default tiling's compile-time configuration: :class:`DefaultConfig`, the per-problem
+choice :func:`choose_config` (measured on the H200, bench/NOTES.md) and the launch
+:func:`geometry`. Pure Python: no GPU is touched here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["DefaultConfig", "choose_config", "geometry", "DTYPES", "MAX_M", "COLS", "LANES",
+           "UNROLLS", "BLOCK_SIZES"]
+
+DTYPES = ("float16", "bfloat16")
+MAX_M = 16
+COLS = (1, 2, 4, 8)
+LANES = (1, 2, 4, 8, 16, 32)
+UNROLLS = (1, 2, 4)
+BLOCK_SIZES = (16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class DefaultConfig:
+    """One compilation of the default tiling (all fields are compile-time constants).
+
+    dtype: "float16" or "bfloat16" (activations, scales, bias and output);
+    M: batch rows 1..16; block_size: 16/32/64/128; zero_points: the weight has them;
+    cols: columns per lane per step (load parallelism); lanes: lanes per column (a power of
+    two, <= 32); unroll: chunks per lane per step; warps: warps per block;
+    blocks_per_sm: resident blocks per SM (launch bounds; the persistent grid's size);
+    act_vector: activations 16-byte aligned (16-byte loads; else 2-byte loads);
+    weight_vector: packed rows 16-byte aligned (16-byte loads; else two 8-byte loads);
+    pdl: compiled for a programmatic dependent launch (sm_90+): the kernel lets the next such
+    launch start at once, issues its first weight loads, and only then waits for the previous
+    grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``.
+    """
+
+    dtype: str
+    M: int
+    block_size: int
+    zero_points: bool
+    cols: int = 2
+    lanes: int = 32
+    unroll: int = 2
+    warps: int = 4
+    blocks_per_sm: int = 8
+    act_vector: bool = True
+    weight_vector: bool = True
+    pdl: bool = False
+
+    def __post_init__(self):
+        def check(name, ok, accepted):
+            if not ok:
+                raise ValueError(f"DefaultConfig.{name} must be {accepted}; "
+                                 f"got {getattr(self, name)!r}")
+        check("dtype", self.dtype in DTYPES, f"one of {DTYPES}")
+        for name in ("M", "block_size", "cols", "lanes", "unroll", "warps", "blocks_per_sm"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
+        for name in ("zero_points", "act_vector", "weight_vector", "pdl"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"DefaultConfig.{name} must be a bool")
+        check("M", 1 <= self.M <= MAX_M, f"in 1..{MAX_M}")
+        check("block_size", self.block_size in BLOCK_SIZES, f"one of {BLOCK_SIZES}")
+        check("cols", self.cols in COLS, f"one of {COLS}")
+        check("lanes", self.lanes in LANES, f"one of {LANES}")
+        check("unroll", self.unroll in UNROLLS, f"one of {UNROLLS}")
+        check("warps", self.warps in (1, 2, 4, 8), "one of (1, 2, 4, 8)")
+        check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
+              f"in 1..{64 // self.warps}")
+
+    @property
+    def columns_per_warp(self) -> int:
+        return 32 // self.lanes * self.cols
+
+
+def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True,
+                  weight_aligned16=True, cols=None, multiprocessors=132,
+                  pdl=False) -> DefaultConfig:
+    """The default configuration for a problem (``cols`` overrides the column count).
+
+    lanes: enough lanes per column for its chunks (K short: several columns per warp);
+    unroll: up to 2 chunks per lane per step (1 for bf16); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
+    while the grid would not give every SM 8 warps; resident blocks per SM: 8 for one column
+    (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md)."""
+    chunks = -(-K // 32)
+    lanes = 1
+    while lanes < 32 and lanes < chunks:
+        lanes *= 2
+    per_lane = -(-chunks // lanes)
+    # bf16 keeps float32 pairs and activations live: unroll 2 spilled at 4 columns (H200).
+    unroll = 1 if per_lane == 1 or dtype == "bfloat16" else 2
+    warps = 4
+    if cols is None:
+        cols = 4 if M == 1 else 2
+        while cols > 1 and -(-N // (32 // lanes * cols)) < 8 * multiprocessors:
+            cols //= 2
+    blocks = 8 if (cols == 1 and M == 1) else (4 if M <= 4 else 2)
+    row_bytes = -(-K // block_size) * block_size // 2
+    return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),
+                         zero_points=bool(zero_points), cols=cols, lanes=lanes, unroll=unroll,
+                         warps=warps, blocks_per_sm=blocks, act_vector=bool(act_aligned16),
+                         weight_vector=bool(weight_aligned16) and row_bytes % 16 == 0,
+                         pdl=bool(pdl))
+
+
+def geometry(config: DefaultConfig, N: int, multiprocessors: int):
+    """``(grid, block)``: a persistent grid of at most ``blocks_per_sm`` blocks per SM."""
+    groups = -(-N // config.columns_per_warp)
+    blocks = -(-groups // config.warps)
+    return (max(1, min(blocks, config.blocks_per_sm * multiprocessors)), 1, 1), \
+        (32 * config.warps, 1, 1)
