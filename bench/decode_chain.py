@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,27 +30,7 @@ import numpy as np
 WORKLOAD = Path(__file__).resolve().parents[1] / "int4gemv" / "workloads" / "qwen3_vl_2b_decode.json"
 LAYOUTS = ("merged", "separate")
 
-__all__ = ["copy_bandwidth", "replay_times_us", "measure_config", "main"]
-
-
-def copy_bandwidth(nbytes: int = 1 << 30, copies: int = 20) -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting read + write (``2 * nbytes`` a copy):
-    median of ``copies`` event-timed ``cuMemcpyDtoDAsync`` after 3 untimed ones."""
-    from numba import cuda
-
-    stream = cuda.stream()
-    src, dst = cuda.device_array(nbytes, np.uint8), cuda.device_array(nbytes, np.uint8)  # contents do not matter
-    for _ in range(3):
-        dst.copy_to_device(src, stream=stream)
-    samples = []
-    for _ in range(copies):
-        start, end = cuda.event(timing=True), cuda.event(timing=True)
-        start.record(stream)
-        dst.copy_to_device(src, stream=stream)
-        end.record(stream)
-        end.synchronize()
-        samples.append(cuda.event_elapsed_time(start, end) * 1e-3)
-    return 2 * nbytes / statistics.median(samples)
+__all__ = ["replay_times_us", "measure_config", "main"]
 
 
 def replay_times_us(provider, graph_id: int, replays: int, warmup: int = 20) -> np.ndarray:
@@ -141,6 +120,8 @@ def run(args) -> dict:
     ref = reference_logits(layers, lm_head, x)
     ideal = relative_error(reference_logits(layers, lm_head, x, store=np.float16), ref)
     print(f"weights and float64 reference: {time.perf_counter() - t0:.1f} s", flush=True)
+    from int4gemv.benchmark.timing import copy_bandwidth
+
     copy_bw = copy_bandwidth()
     device = cuda.get_current_device()
     name = device.name.decode() if isinstance(device.name, bytes) else device.name
