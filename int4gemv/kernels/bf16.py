@@ -11,12 +11,23 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .intrinsics import int_as_float
-from .vector_loads import float_bits
+from .intrinsics import SIMULATED, int_as_float
 
 __all__ = ["low_value", "high_value", "to_bf16_bits"]
 
 _HIGH = np.uint32(0xFFFF0000)
+
+if SIMULATED:
+
+    def _float_bits(x):
+        return np.array([x], dtype=np.float32).view(np.uint32)[0]
+
+else:
+    from numba.cuda.libdevice import float_as_int
+
+    @cuda.jit(device=True, inline=True)
+    def _float_bits(x):
+        return np.uint32(float_as_int(x))
 
 
 @cuda.jit(device=True, inline=True)
@@ -34,7 +45,7 @@ def high_value(x):
 @cuda.jit(device=True, inline=True)
 def to_bf16_bits(x):
     """bf16 bits (uint16) of float32 ``x``, rounded to nearest, ties to even."""
-    u = float_bits(x)
+    u = _float_bits(x)
     if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):  # NaN: keep it a (quiet) NaN
         return np.uint16((u >> np.uint32(16)) | np.uint32(0x40))
     u = u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))

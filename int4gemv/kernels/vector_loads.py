@@ -1,4 +1,4 @@
-"""Wide read-only global loads (16 and 8 bytes) and float32 bit views, with simulator stand-ins.
+"""Wide read-only global loads (16 and 8 bytes), with simulator stand-ins.
 
 Numba has no vector types, so a kernel cannot ask for a 16-byte load of packed nibbles or
 activations. :func:`load16` is ``ld.global.nc.v4.u32`` through inline PTX: the 16 bytes that
@@ -6,8 +6,6 @@ start at element ``index`` of any 1-D array, as a tuple of four uint32 (little-e
 element's bytes in the low bits of the first word). :func:`load8` is the 8-byte form. The
 address must be aligned to the load's width; the caller (the kernel configuration) guarantees
 it. The data must not be written while the kernel runs (the ``.nc`` read-only path).
-
-:func:`float_bits` is the uint32 bit pattern of a float32 (the inverse of ``int_as_float``).
 
 On Numba's simulator the same functions read the array element by element and assemble the
 words, so the kernels using them run unchanged (and slowly) on a CPU.
@@ -19,7 +17,7 @@ import numpy as np
 
 from .intrinsics import SIMULATED
 
-__all__ = ["load16", "load8", "float_bits"]
+__all__ = ["load16", "load8"]
 
 if SIMULATED:
 
@@ -37,16 +35,10 @@ if SIMULATED:
         """The 8 bytes from element ``index`` of ``array`` as two uint32 (8-byte aligned)."""
         return _words(array, index, 8)
 
-    def float_bits(x):
-        """The bits of float32 ``x`` as a uint32."""
-        return np.array([x], dtype=np.float32).view(np.uint32)[0]
-
 else:
     from llvmlite import ir
     from numba import types
     from numba.core.extending import intrinsic
-    from numba.cuda.libdevice import float_as_int
-    from numba import cuda
 
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
@@ -78,8 +70,3 @@ else:
     load16.__doc__ = "``ld.global.nc.v4.u32``: 16 bytes from element ``index`` (16-byte aligned)."
     load8 = intrinsic(_vector_load(2))
     load8.__doc__ = "``ld.global.nc.v2.u32``: 8 bytes from element ``index`` (8-byte aligned)."
-
-    @cuda.jit(device=True, inline=True)
-    def float_bits(x):
-        """The bits of float32 ``x`` as a uint32."""
-        return np.uint32(float_as_int(x))
