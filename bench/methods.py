@@ -55,15 +55,9 @@ def parse_tunings(spec):
 def int4gemv_methods(tunings, *, auto: bool = True) -> list:
     """``default``, ``single_warp`` (its default tuning), ``sw CxU`` for each other tuning in
     ``tunings`` and, with ``auto``, ``auto`` (the committed autotune table's choice).
-
-    The ``sw CxU`` methods need ``int4gemv.Tuning`` (see
-    :func:`int4gemv.benchmark.selection.selects_tuning_fields`); without it they are left out.
     """
-    from int4gemv.benchmark.selection import selects_tuning_fields
     from int4gemv.kernels.single_warp import DEFAULT_TUNING
 
-    if not selects_tuning_fields():
-        tunings = []
 
     methods = [Method("default", "default"), Method("single_warp", "single_warp")]
     methods += [Method(f"sw {c}x{u}", "single_warp", c, u) for c, u in tunings if (c, u) != tuple(DEFAULT_TUNING)]

@@ -9,7 +9,6 @@ lifecycle's simulated driver. The document has the GPU run's structure with ever
 
 from __future__ import annotations
 
-from int4gemv.benchmark.selection import selects_tuning_fields
 from int4gemv.benchmark.workloads import SIM_WORKLOAD, Shape
 
 from .decode_step import run_decode_step
@@ -33,8 +32,6 @@ def run_simulated(options, peers) -> dict:
             step = run_decode_step(SIM_WORKLOAD, variants=("default",), simulated=True,
                                    on_config=progress.step)
     notes = ["simulator: kernels ran at tiny sizes for correctness only; nothing was timed"]
-    if not selects_tuning_fields():
-        notes.append("single-warp tunings (sw CxU) left out: this int4gemv has no Tuning (tuning= keyword)")
     if options.shapes:
         notes.append(f"--shapes {' '.join(options.shapes)} ignored on the simulator (tiny shapes only)")
     return {

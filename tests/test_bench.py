@@ -24,7 +24,6 @@ from bench import autotune, chart, report, results_io
 from bench.kernels import add_speedups
 from bench.merge import concat_weights
 from bench.methods import int4gemv_methods, parse_tunings
-from int4gemv.benchmark.selection import selects_tuning_fields
 from int4gemv.benchmark.weights import weight_bytes
 from int4gemv.benchmark.workloads import (
     bench_shapes,
@@ -137,7 +136,7 @@ def test_tunings_parse_and_methods_skip_the_default_tuning():
     methods = int4gemv_methods(TUNINGS)
     names = [m.name for m in methods]
     assert names[:2] == ["default", "single_warp"] and names[-1] == "auto"
-    tuned = len(TUNINGS) - 1 if selects_tuning_fields() else 0   # sw CxU need int4gemv.Tuning
+    tuned = len(TUNINGS) - 1
     assert f"sw {DEFAULT_TUNING[0]}x{DEFAULT_TUNING[1]}" not in names and len(names) == 3 + tuned
     assert all((m.variant, m.pdl, m.prefetch) == ("single_warp", False, False) for m in methods[1:-1])
 
@@ -170,7 +169,7 @@ def test_the_command_runs_on_the_simulator_and_says_it_timed_nothing(tmp_path):
     assert doc["timed"] is False and doc["ok"] is True and doc["device"]["simulated"] is True
     assert {"versions", "git", "date", "command"} <= set(doc)
     assert [r["method"] for r in doc["rows"]] == ["default", "single_warp"] + (
-        ["sw 8x1"] if selects_tuning_fields() else [])
+        ["sw 8x1"])
     assert all(r["ok"] and r["us"] is None and r["simulated"] for r in doc["rows"])
     assert all("resident" not in r for r in doc["rows"])
     step = doc["decode_step"]

@@ -12,7 +12,7 @@ writes ``os.environ``.
 
 from __future__ import annotations
 
-__all__ = ["LAUNCH_SUFFIXES", "VARIANTS", "gemv_options", "selects_tuning_fields", "tuning_fields", "tuning_label"]
+__all__ = ["LAUNCH_SUFFIXES", "VARIANTS", "gemv_options", "tuning_fields", "tuning_label"]
 
 VARIANTS = ("default", "single_warp", "auto")
 
@@ -53,43 +53,20 @@ def tuning_fields(tuning) -> dict:
     return fields
 
 
-def selects_tuning_fields() -> bool:
-    """Whether :func:`gemv_options` can select ``cols``/``unroll``/``activations`` (it can when
-    int4gemv has ``Tuning`` and the ``tuning=`` keyword)."""
-    import int4gemv
-
-    return getattr(int4gemv, "Tuning", None) is not None
-
-
 def gemv_options(tuning, *, launch: bool = True) -> dict:
     """Keyword arguments that select ``tuning`` in ``int4gemv.gemv``/``prepare`` (``launch=True``)
-    or ``int4gemv.explain`` (``launch=False``: no launch options).
-
-    With ``int4gemv.Tuning`` available the result is ``{"tuning": int4gemv.Tuning(...)}``;
-    otherwise the ``variant=``/``pdl=``/``prefetch=`` keywords, and a tuning that sets ``cols``,
-    ``unroll`` or ``activations`` is refused with ``ValueError`` (those need ``tuning=``).
+    or ``int4gemv.explain`` (``launch=False``: no launch options): ``{"tuning": int4gemv.Tuning(...)}``.
     ``None`` gives ``{}``: the environment decides.
     """
     if tuning is None:
         return {}
-    fields = tuning_fields(tuning)
-    import int4gemv
+    from int4gemv import Tuning
 
-    make = getattr(int4gemv, "Tuning", None)
-    if make is not None:
-        chosen = {k: v for k, v in fields.items() if v is not None}
-        if not launch:
-            chosen.pop("pdl", None)
-            chosen.pop("prefetch", None)
-        return {"tuning": make(**chosen)}
-    extra = [k for k in ("cols", "unroll", "activations") if fields[k] is not None]
-    if extra:
-        raise ValueError(f"tuning {tuning_label(tuning)!r} sets {', '.join(extra)}: this int4gemv has no "
-                         "tuning= keyword (int4gemv.Tuning), only variant=, pdl= and prefetch=")
-    options = {"variant": fields["variant"]}
-    if launch:
-        options.update(pdl=fields["pdl"], prefetch=fields["prefetch"])
-    return options
+    chosen = {k: v for k, v in tuning_fields(tuning).items() if v is not None}
+    if not launch:
+        chosen.pop("pdl", None)
+        chosen.pop("prefetch", None)
+    return {"tuning": Tuning(**chosen)}
 
 
 def tuning_label(tuning) -> str:
