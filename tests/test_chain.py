@@ -136,6 +136,19 @@ def test_silu_mul_arguments_are_checked():
 
 # -- kernels and the chain on the simulator ---------------------------------------------------------
 
+def test_prepared_launches_of_one_kernel_keep_their_own_geometry(rng):
+    """The chain binds many launches of one kernel; each must keep its own grid (the default
+    tiling is not persistent: a grid sized for a smaller N leaves columns unwritten)."""
+    a = cuda.to_device(rng.standard_normal(32).astype(np.float16))
+    big, small = (ig.quantize(rng.standard_normal((n, 32)).astype(np.float32), 32) for n in (24, 8))
+    outs = [cuda.to_device(np.full(n, np.nan, np.float16)) for n in (24, 8)]
+    first = ig.prepare(a, big, out=outs[0], variant="default")
+    ig.prepare(a, small, out=outs[1], variant="default")
+    first()
+    y = outs[0].copy_to_host()
+    assert relative_error(y, ig.reference_gemv(a.copy_to_host(), big)) < 2e-3
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # 60000 · u is inf in fp16
 def test_silu_mul_kernel_is_float64_silu_times_u(rng):
     n = 300  # two blocks, the second partly empty
