@@ -123,6 +123,9 @@ def print_table(report: dict, out=sys.stdout) -> None:
            f"{'rel err':>10}{'max err':>10}  dep  ok"
     print(head, file=out)
     for r in report["configs"]:
+        if "error" in r:
+            print(f"{r['layout']:9}{r['tuning']:17}FAIL  {r['error'][:90]}", file=out)
+            continue
         print(f"{r['layout']:9}{r['tuning']:17}{r['launches']:>7}{r['us']:>9.1f}{r['x_floor']:>8.2f}"
               f"{r['pct_copy']:>7.1f}{r['jitter']:>8.3f}{r['rel_err']:>10.2e}{r['max_err']:>10.2e}"
               f"  {'yes' if r['data_dependent'] else 'no':4} {'ok' if r['correct'] else 'FAIL'}", file=out)
@@ -154,21 +157,28 @@ def run(args) -> dict:
     report = dict(workload=workload.get("name", "?"), device=name, layers=shape.layers, seed=args.seed,
                   copy_gbs=copy_bw / 1e9, tolerance=tolerance(shape.layers), ideal_fp16_rel_err=ideal,
                   replays=args.replays, command=" ".join(sys.argv), configs=[])
+    configs = [(layout, tuning) for tuning in args.tunings for layout in args.layouts]
+    if args.persistent:
+        configs.append(("merged", "persistent"))
     with lifecycle.numba_provider(0) as provider:
-        for graph_id, (layout, tuning) in enumerate(((a, t) for t in args.tunings for a in args.layouts), 1):
+        for graph_id, (layout, tuning) in enumerate(configs, 1):
             t1 = time.perf_counter()
-            chain = DecodeChain(layers, lm_head, merged=layout == "merged", tuning=tuning)
-            row = measure_config(chain, provider, graph_id, x, ref, copy_bw, args.replays)
+            try:
+                if tuning == "persistent":
+                    from int4gemv.persistent_chain import PersistentChain
+                    chain = PersistentChain(layers, lm_head)
+                else:
+                    chain = DecodeChain(layers, lm_head, merged=layout == "merged", tuning=tuning)
+                row = measure_config(chain, provider, graph_id, x, ref, copy_bw, args.replays)
+            except Exception as exc:  # one failed configuration must not lose the others' results
+                row = dict(layout=layout, tuning=tuning, correct=False, error=f"{type(exc).__name__}: {exc}")
+                print(f"{layout:9}{tuning:17}FAILED: {row['error']}", flush=True)
+            else:
+                _progress(row, t1)
             report["configs"].append(row)
-            _progress(row, t1)
-        if args.persistent:
-            from int4gemv.persistent_chain import PersistentChain
-
-            t1 = time.perf_counter()
-            chain = PersistentChain(layers, lm_head)
-            report["configs"].append(measure_config(chain, provider, 99, x, ref, copy_bw, args.replays))
-            _progress(report["configs"][-1], t1)
-    report.update(weight_bytes=chain.weight_bytes, floor_us=chain.weight_bytes / copy_bw * 1e6,
+    weight_bytes = lm_head.nbytes + sum(getattr(layer, p).nbytes for layer in layers
+                                        for p in ("q", "k", "v", "o", "gate", "up", "down"))
+    report.update(weight_bytes=weight_bytes, floor_us=weight_bytes / copy_bw * 1e6,
                   seconds=time.perf_counter() - t0)
     return report
 
