@@ -2,6 +2,7 @@
 
     python -m bench.decode_chain --out DIR                    # 12 configurations, about 2 minutes
     python -m bench.decode_chain --out DIR --tunings auto+pdl --layouts merged --layers 4
+    python -m bench.decode_chain --out DIR --persistent       # also the persistent-kernel experiment
 
 One decode step of the workload (Qwen3-VL-2B: 28 layers, lm_head) as the chain of
 :class:`int4gemv.chain.DecodeChain`: each GEMV reads the previous one's output, so the step is
@@ -84,7 +85,8 @@ def measure_config(chain, provider, graph_id: int, x, ref, copy_bw: float, repla
                tolerance=tolerance(len(chain.layers)),
                counters_released={k: getattr(c, k) for k in ("graphs_alive", "pinned_buffers", "pinned_bytes",
                                                              "pending_cleanup")},
-               kernels=sorted({f"{p.kernel} {p.cols}x{p.unroll}" if p.cols else p.kernel for p in chain.plans()}))
+               kernels=sorted({f"{p.kernel} {p.cols}x{p.unroll}" if p.cols else p.kernel for p in chain.plans()})
+               if hasattr(chain, "plans") else ["persistent chain_kernel"])
     row["jitter"] = row["p90_us"] / row["p10_us"]
     row.update(_errors(replayed, ref))
     row["correct"] = (row["replay_equals_eager"] and row["rel_err"] < row["tolerance"]
@@ -100,9 +102,17 @@ def print_table(report: dict, out=sys.stdout) -> None:
            f"{'rel err':>10}{'max err':>10}  dep  ok"
     print(head, file=out)
     for r in report["configs"]:
+        if "error" in r:
+            print(f"{r['layout']:9}{r['tuning']:17}FAIL  {r['error'][:90]}", file=out)
+            continue
         print(f"{r['layout']:9}{r['tuning']:17}{r['launches']:>7}{r['us']:>9.1f}{r['x_floor']:>8.2f}"
               f"{r['pct_copy']:>7.1f}{r['jitter']:>8.3f}{r['rel_err']:>10.2e}{r['max_err']:>10.2e}"
               f"  {'yes' if r['data_dependent'] else 'no':4} {'ok' if r['correct'] else 'FAIL'}", file=out)
+
+
+def _progress(row, t1):
+    print(f"{row['layout']:9}{row['tuning']:17}{row['us']:9.1f} µs  ×{row['x_floor']:.2f} floor  "
+          f"err {row['rel_err']:.2e}  ({time.perf_counter() - t1:.1f} s)", flush=True)
 
 
 def run(args) -> dict:
@@ -128,15 +138,28 @@ def run(args) -> dict:
     report = dict(workload=workload.get("name", "?"), device=name, layers=shape.layers, seed=args.seed,
                   copy_gbs=copy_bw / 1e9, tolerance=tolerance(shape.layers), ideal_fp16_rel_err=ideal,
                   replays=args.replays, command=" ".join(sys.argv), configs=[])
+    configs = [(layout, tuning) for tuning in args.tunings for layout in args.layouts]
+    if args.persistent:
+        configs.append(("merged", "persistent"))
     with lifecycle.numba_provider(0) as provider:
-        for graph_id, (layout, tuning) in enumerate(((a, t) for t in args.tunings for a in args.layouts), 1):
+        for graph_id, (layout, tuning) in enumerate(configs, 1):
             t1 = time.perf_counter()
-            chain = DecodeChain(layers, lm_head, merged=layout == "merged", tuning=tuning)
-            row = measure_config(chain, provider, graph_id, x, ref, copy_bw, args.replays)
+            try:
+                if tuning == "persistent":
+                    from int4gemv.persistent_chain import PersistentChain
+                    chain = PersistentChain(layers, lm_head)
+                else:
+                    chain = DecodeChain(layers, lm_head, merged=layout == "merged", tuning=tuning)
+                row = measure_config(chain, provider, graph_id, x, ref, copy_bw, args.replays)
+            except Exception as exc:  # one failed configuration must not lose the others' results
+                row = dict(layout=layout, tuning=tuning, correct=False, error=f"{type(exc).__name__}: {exc}")
+                print(f"{layout:9}{tuning:17}FAILED: {row['error']}", flush=True)
+            else:
+                _progress(row, t1)
             report["configs"].append(row)
-            print(f"{layout:9}{tuning:17}{row['us']:9.1f} µs  ×{row['x_floor']:.2f} floor  "
-                  f"err {row['rel_err']:.2e}  ({time.perf_counter() - t1:.1f} s)", flush=True)
-    report.update(weight_bytes=chain.weight_bytes, floor_us=chain.weight_bytes / copy_bw * 1e6,
+    weight_bytes = lm_head.nbytes + sum(getattr(layer, p).nbytes for layer in layers
+                                        for p in ("q", "k", "v", "o", "gate", "up", "down"))
+    report.update(weight_bytes=weight_bytes, floor_us=weight_bytes / copy_bw * 1e6,
                   seconds=time.perf_counter() - t0)
     return report
 
@@ -153,6 +176,8 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, help="layers (default: the workload's)")
     p.add_argument("--replays", type=int, default=300, help="timed replays per configuration")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--persistent", action="store_true",
+                   help="also the experimental persistent chain kernel (int4gemv.persistent_chain)")
     args = p.parse_args(argv)
     if args.replays < 20:
         p.error("--replays must be at least 20")

@@ -27,8 +27,8 @@ from .kernels.elementwise import check_silu_mul, silu_mul_geometry, silu_mul_ker
 from .prepared import prepare
 from .weights import QuantizedWeight
 
-__all__ = ["DecodeChain", "CapturedChain", "TUNINGS", "launch_options", "DeviceStreams",
-           "SimulatedStreams"]
+__all__ = ["DecodeChain", "ChainStep", "check_chain", "CapturedChain", "KernelLaunch", "TUNINGS", "launch_options",
+           "DeviceStreams", "SimulatedStreams"]
 
 #: Chain tunings: a GEMV variant, optionally as programmatic dependent launches (``+pdl``).
 TUNINGS = ("default", "single_warp", "auto", "default+pdl", "single_warp+pdl", "auto+pdl")
@@ -76,98 +76,49 @@ class SimulatedStreams:
         self.sim.launch_kernel(capture.stream, dst.copy_to_device, landing)
 
 
-def _stream_of(stream):
-    """A Numba stream for ``None`` (the default stream), a raw handle or a Numba stream."""
-    if stream is None or (isinstance(stream, (int, np.integer)) and int(stream) == 0):
-        return cuda.default_stream()
-    return cuda.external_stream(int(stream)) if isinstance(stream, (int, np.integer)) else stream
+def check_chain(layers, lm_head):
+    """``(layers as a tuple, (hidden, q_dim, kv_dim, intermediate))`` after checking that
+    ``layers`` is a non-empty sequence of same-shaped :class:`~int4gemv.chain_model.LayerWeights`
+    and ``lm_head`` a weight over the hidden size (TypeError/ValueError naming the argument)."""
+    layers = tuple(layers)
+    if not layers or not all(isinstance(x, LayerWeights) for x in layers):
+        raise TypeError("layers must be a non-empty sequence of int4gemv.chain_model.LayerWeights")
+    if not isinstance(lm_head, QuantizedWeight):
+        raise TypeError(f"lm_head must be an int4gemv.QuantizedWeight; got {type(lm_head).__name__}")
+    dims = [(x.q.K, x.q.N, x.k.N, x.gate.N) for x in layers]
+    for i, d in enumerate(dims):
+        if d != dims[0]:
+            raise ValueError(f"layers[{i}] has (hidden, q, kv, mlp) widths {d}; layers[0] has {dims[0]}")
+    if lm_head.K != dims[0][0]:
+        raise ValueError(f"lm_head has K={lm_head.K}; expected the hidden size {dims[0][0]}")
+    return layers, dims[0]
 
 
-class _SiluMul:
-    """One bound ``silu(g)·u`` launch: ``op(stream)``."""
+class KernelLaunch:
+    """A Numba kernel with fixed geometry and arguments, as a chain operation: ``op(stream)``
+    launches it on ``stream`` (``None``, a raw ``CUstream`` handle or a Numba stream)."""
 
-    def __init__(self, gu, m):
-        n = check_silu_mul(gu, m)
-        self.gu, self.m, self.geometry, self._streams = gu, m, silu_mul_geometry(n), {}
+    def __init__(self, kernel, grid, block, *args):
+        self.kernel, self.grid, self.block, self.args, self._streams = kernel, grid, block, args, {}
 
     def __call__(self, stream):
-        key = stream if isinstance(stream, (int, np.integer)) or stream is None else id(stream)
+        key = stream if stream is None or isinstance(stream, (int, np.integer)) else id(stream)
         s = self._streams.get(key)
         if s is None:
-            s = self._streams[key] = _stream_of(stream)
-        silu_mul_kernel[self.geometry[0], self.geometry[1], s](self.gu, self.m)
-
-
-class DecodeChain:
-    """The chain over ``layers`` (a sequence of :class:`~int4gemv.chain_model.LayerWeights`) and
-    ``lm_head``, with its device buffers and bound launches.
-
-    Args:
-        merged: run q/k/v and gate/up as one GEMV each (``LayerWeights.qkv`` / ``gate_up``).
-        tuning: one of :data:`TUNINGS` (see :func:`launch_options`).
-
-    Attributes: ``x`` (the input, fp16 ``[hidden]``, overwritten by the residual stream),
-    ``logits`` (fp16 ``[vocab]``), ``launches`` (kernel launches per step), ``weight_bytes``
-    (INT4 weights + scales + zero points read per step). Weights move to the device here.
-    """
-
-    def __init__(self, layers, lm_head, *, merged: bool = True, tuning: str = "auto"):
-        layers = tuple(layers)
-        if not layers or not all(isinstance(x, LayerWeights) for x in layers):
-            raise TypeError("layers must be a non-empty sequence of int4gemv.chain_model.LayerWeights")
-        if not isinstance(lm_head, QuantizedWeight):
-            raise TypeError(f"lm_head must be an int4gemv.QuantizedWeight; got {type(lm_head).__name__}")
-        if not isinstance(merged, bool):
-            raise TypeError(f"merged must be a bool; got {type(merged).__name__}")
-        first = layers[0]
-        dims = lambda x: (x.q.K, x.q.N, x.k.N, x.gate.N)  # noqa: E731
-        for i, layer in enumerate(layers):
-            if dims(layer) != dims(first):
-                raise ValueError(f"layers[{i}] has (hidden, q, kv, mlp) widths {dims(layer)}; "
-                                 f"layers[0] has {dims(first)}")
-        self.hidden, self.q_dim, self.kv_dim, self.intermediate = dims(first)
-        if lm_head.K != self.hidden:
-            raise ValueError(f"lm_head has K={lm_head.K}; expected the hidden size {self.hidden}")
-        options = launch_options(tuning)
-        self.layers, self.lm_head, self.merged, self.tuning = layers, lm_head, merged, tuning
-        H, Q, KV, I = self.hidden, self.q_dim, self.kv_dim, self.intermediate
-        self.x, self.h, self.m = (cuda.device_array(n, np.float16) for n in (H, H, I))
-        self.qkv = cuda.device_array(Q + 2 * KV, np.float16)
-        self.gu = cuda.device_array(2 * I, np.float16)
-        self.logits = cuda.device_array(lm_head.N, np.float16)
-        q = self.qkv[:Q]
-
-        def gemv(a, w, out, bias=None):
-            return prepare(a, w, out=out, bias=bias, **options)
-
-        ops = []
-        for layer in layers:
-            if merged:
-                ops.append(gemv(self.x, layer.qkv, self.qkv))
+            if stream is None or (isinstance(stream, (int, np.integer)) and int(stream) == 0):
+                s = cuda.default_stream()
             else:
-                ops += [gemv(self.x, layer.q, q), gemv(self.x, layer.k, self.qkv[Q:Q + KV]),
-                        gemv(self.x, layer.v, self.qkv[Q + KV:])]
-            ops.append(gemv(q, layer.o, self.h, bias=self.x))
-            if merged:
-                ops.append(gemv(self.h, layer.gate_up, self.gu))
-            else:
-                ops += [gemv(self.h, layer.gate, self.gu[:I]), gemv(self.h, layer.up, self.gu[I:])]
-            ops.append(_SiluMul(self.gu, self.m))
-            ops.append(gemv(self.m, layer.down, self.x, bias=self.h))
-        ops.append(gemv(self.x, lm_head, self.logits))
-        self._ops = tuple(ops)
-        self.launches = len(ops)
-        self.weight_bytes = lm_head.nbytes + sum(
-            getattr(x, p).nbytes for x in layers for p in ("q", "k", "v", "o", "gate", "up", "down"))
-        self._stream = None
+                s = cuda.external_stream(int(stream)) if isinstance(stream, (int, np.integer)) else stream
+            self._streams[key] = s
+        self.kernel[self.grid, self.block, s](*self.args)
 
-    def __repr__(self):
-        return (f"DecodeChain({len(self.layers)} layers, {'merged' if self.merged else 'separate'}, "
-                f"{self.tuning}, {self.launches} launches, {self.weight_bytes / 1e6:.1f} MB)")
 
-    def plans(self) -> list:
-        """The :class:`~int4gemv.Plan` of each GEMV launch, in order (what each one runs)."""
-        return [op.plan for op in self._ops if not isinstance(op, _SiluMul)]
+class ChainStep:
+    """Running a step: the eager and captured forms shared by every chain implementation. A
+    subclass sets ``hidden``, ``x`` (device input), ``logits`` (device output) and ``_ops`` (the
+    step's operations, each ``op(stream)``), and ``launches`` / ``weight_bytes``."""
+
+    _stream = None
 
     def input(self, x) -> np.ndarray:
         """``x`` as the chain's fp16 input (a numpy float array of shape ``[hidden]``)."""
@@ -212,6 +163,66 @@ class DecodeChain:
 
         provider.record(graph_id, step)
         return CapturedChain(self, provider, graph_id)
+
+
+class DecodeChain(ChainStep):
+    """The chain over ``layers`` (a sequence of :class:`~int4gemv.chain_model.LayerWeights`) and
+    ``lm_head``, with its device buffers and bound launches.
+
+    Args:
+        merged: run q/k/v and gate/up as one GEMV each (``LayerWeights.qkv`` / ``gate_up``).
+        tuning: one of :data:`TUNINGS` (see :func:`launch_options`).
+
+    Attributes: ``x`` (the input, fp16 ``[hidden]``, overwritten by the residual stream),
+    ``logits`` (fp16 ``[vocab]``), ``launches`` (kernel launches per step), ``weight_bytes``
+    (INT4 weights + scales + zero points read per step). Weights move to the device here.
+    """
+
+    def __init__(self, layers, lm_head, *, merged: bool = True, tuning: str = "auto"):
+        if not isinstance(merged, bool):
+            raise TypeError(f"merged must be a bool; got {type(merged).__name__}")
+        layers, (self.hidden, self.q_dim, self.kv_dim, self.intermediate) = check_chain(layers, lm_head)
+        options = launch_options(tuning)
+        self.layers, self.lm_head, self.merged, self.tuning = layers, lm_head, merged, tuning
+        H, Q, KV, I = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        self.x, self.h, self.m = (cuda.device_array(n, np.float16) for n in (H, H, I))
+        self.qkv = cuda.device_array(Q + 2 * KV, np.float16)
+        self.gu = cuda.device_array(2 * I, np.float16)
+        self.logits = cuda.device_array(lm_head.N, np.float16)
+        q = self.qkv[:Q]
+
+        def gemv(a, w, out, bias=None):
+            return prepare(a, w, out=out, bias=bias, **options)
+
+        silu_mul = KernelLaunch(silu_mul_kernel, *silu_mul_geometry(check_silu_mul(self.gu, self.m)),
+                                self.gu, self.m)
+        ops = []
+        for layer in layers:
+            if merged:
+                ops.append(gemv(self.x, layer.qkv, self.qkv))
+            else:
+                ops += [gemv(self.x, layer.q, q), gemv(self.x, layer.k, self.qkv[Q:Q + KV]),
+                        gemv(self.x, layer.v, self.qkv[Q + KV:])]
+            ops.append(gemv(q, layer.o, self.h, bias=self.x))
+            if merged:
+                ops.append(gemv(self.h, layer.gate_up, self.gu))
+            else:
+                ops += [gemv(self.h, layer.gate, self.gu[:I]), gemv(self.h, layer.up, self.gu[I:])]
+            ops.append(silu_mul)
+            ops.append(gemv(self.m, layer.down, self.x, bias=self.h))
+        ops.append(gemv(self.x, lm_head, self.logits))
+        self._ops = tuple(ops)
+        self.launches = len(ops)
+        self.weight_bytes = lm_head.nbytes + sum(
+            getattr(x, p).nbytes for x in layers for p in ("q", "k", "v", "o", "gate", "up", "down"))
+
+    def __repr__(self):
+        return (f"DecodeChain({len(self.layers)} layers, {'merged' if self.merged else 'separate'}, "
+                f"{self.tuning}, {self.launches} launches, {self.weight_bytes / 1e6:.1f} MB)")
+
+    def plans(self) -> list:
+        """The :class:`~int4gemv.Plan` of each GEMV launch, in order (what each one runs)."""
+        return [op.plan for op in self._ops if not isinstance(op, KernelLaunch)]
 
 
 class CapturedChain:

@@ -210,3 +210,20 @@ def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_cha
     c = provider.counters
     assert (c.graphs_alive, c.pinned_buffers, c.pinned_bytes, c.pending_cleanup, c.host_funcs) == (0,) * 5
     assert sim.violations == []
+
+
+# -- the experimental persistent chain kernel ------------------------------------------------------
+
+def test_persistent_chain_matches_float64_with_phases_spread_over_blocks(rng, tiny_chain):
+    from int4gemv.persistent_chain import PersistentChain
+
+    chain = PersistentChain(*tiny_chain, max_items=3)  # every phase has >= 8 items: >= 3 blocks each
+    items = chain.phases.copy_to_host()[:, -1]
+    assert chain.blocks * 3 >= items.sum() and items.min() >= 8 and chain.launches == 2
+    x = rng.standard_normal(TINY.hidden).astype(np.float16)
+    chain.logits.copy_to_device(np.full(TINY.vocab, np.nan, np.float16))
+    logits = chain.run(x)
+    np.testing.assert_array_equal(chain.completed(), items)  # every counter reached its phase's items
+    assert relative_error(logits, reference_logits(*tiny_chain, x)) < tolerance(TINY.layers)
+    with pytest.raises(ValueError, match="cannot cover"):
+        PersistentChain(*tiny_chain, blocks=2, max_items=3)

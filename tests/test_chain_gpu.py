@@ -81,3 +81,23 @@ def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, m
     assert mismatched == [], f"{len(mismatched)} of {RACE_RUNS} replays differ from eager, first {mismatched[:5]}"
     assert relative_error(want, reference_logits(layers, lm_head, xi)) < tolerance(shape.layers)
     assert _released(provider)
+
+
+def test_persistent_chain_experiment_is_correct_and_race_free(full_chain, provider, rng):
+    """The experimental persistent kernel: float64, owned graph vs eager, 1000 fresh inputs."""
+    from int4gemv.persistent_chain import PersistentChain
+
+    shape, layers, lm_head, x, ref = full_chain
+    chain = PersistentChain(layers, lm_head)
+    eager = chain.run(x)
+    assert relative_error(eager, ref) < tolerance(shape.layers)
+    np.testing.assert_array_equal(chain.completed(), chain.phases.copy_to_host()[:, -1])
+    graph = chain.capture(provider, 3, x)
+    mismatched = []
+    for i in range(RACE_RUNS):
+        xi = rng.standard_normal(shape.hidden).astype(np.float16)
+        if not np.array_equal(graph(xi), chain.run(xi)):
+            mismatched.append(i)
+    graph.release()
+    assert mismatched == [], f"{len(mismatched)} of {RACE_RUNS} replays differ from eager"
+    assert _released(provider)
