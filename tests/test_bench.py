@@ -355,6 +355,7 @@ def gpu_session():
 
 
 @pytest.mark.gpu
+@pytest.mark.xdist_group("bench_shapes")  # one worker builds each shape's rotated weights once
 @pytest.mark.parametrize(("shape", "method"), _CASES, ids=[f"{s.label}-{m.replace(' ', '')}" for s, m in _CASES])
 def test_benchmark_gemv(benchmark, gpu_session, shape, method):
     bench = gpu_session.bench_for(shape)

@@ -13,7 +13,7 @@ import pytest
 from int4gemv.chain import TUNINGS, DecodeChain
 from int4gemv.chain_model import ChainShape, random_chain, reference_logits, relative_error, tolerance
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.xdist_group("full_chain")]  # one worker builds the 1 GB chain
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "int4gemv" / "workloads" / "qwen3_vl_2b_decode.json"
 RACE_RUNS = 1000
