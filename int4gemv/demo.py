@@ -4,7 +4,8 @@
 
 With no NVIDIA GPU on the machine it runs on Numba's CUDA simulator at small shapes, and says so.
 The weight and input are drawn from a seeded generator (``--seed``, default 0), so two runs print
-the same numbers; every warning raised along the way is printed once, at the end.
+the same numbers (all but the measured time on a GPU); every warning raised along the way is
+printed once, at the end.
 """
 
 from __future__ import annotations

@@ -355,8 +355,9 @@ def gpu_session():
 
 
 @pytest.mark.gpu
-@pytest.mark.xdist_group("bench_shapes")  # one worker builds each shape's rotated weights once
-@pytest.mark.parametrize(("shape", "method"), _CASES, ids=[f"{s.label}-{m.replace(' ', '')}" for s, m in _CASES])
+@pytest.mark.parametrize(("shape", "method"), [  # one worker per shape builds its rotated weights once
+    pytest.param(s, m, id=f"{s.label}-{m.replace(' ', '')}", marks=pytest.mark.xdist_group(f"bench_{s.label}"))
+    for s, m in _CASES])
 def test_benchmark_gemv(benchmark, gpu_session, shape, method):
     bench = gpu_session.bench_for(shape)
     if method in _PEERS:

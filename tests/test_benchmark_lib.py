@@ -113,6 +113,7 @@ def test_random_weights_and_their_byte_counts(N, K, bs, zp):
 def test_rotation_covers_the_bytes_and_at_least_two_copies():
     assert rotation_copies(100 * 2**20, 256 * 2**20) == 3
     assert rotation_copies(1 << 40) == 2
+    assert rotation_copies(256, 256 * 2**20) == 512   # tiny weights: capped (allocations, graph size)
     with pytest.raises(ValueError):
         rotation_copies(0)
 

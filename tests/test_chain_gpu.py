@@ -64,6 +64,7 @@ def test_full_chain_eager_and_owned_graph_match_float64(full_chain, provider, rn
     assert _released(provider)
 
 
+@pytest.mark.xdist_group("full_chain_races")  # a second worker (its own chain) runs the race checks
 @pytest.mark.parametrize("merged, tuning", [(True, "auto+pdl"), (False, "auto+pdl"),
                                             (True, "single_warp+pdl"), (False, "single_warp+pdl")])
 def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, merged, tuning):
@@ -83,6 +84,7 @@ def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, m
     assert _released(provider)
 
 
+@pytest.mark.xdist_group("full_chain_persistent")
 def test_persistent_chain_experiment_is_correct_and_race_free(full_chain, provider, rng):
     """The experimental persistent kernel: float64, owned graph vs eager, 1000 fresh inputs."""
     from int4gemv.persistent_chain import PersistentChain

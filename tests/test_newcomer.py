@@ -56,7 +56,10 @@ def newcomer(tmp_path_factory):
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
           str(wheel)], tmp, env)
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp, env).strip())
-    (site / "zz_ci_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # Dependencies resolve as they do here (PYTHONPATH entries such as a carried numpy first, then
+    # site-packages), but nothing of the checkout is visible.
+    deps = [p for p in sys.path if p and Path(p).is_dir() and ROOT not in (Path(p).resolve(), *Path(p).resolve().parents)]
+    (site / "zz_ci_dependencies.pth").write_text("\n".join(dict.fromkeys(deps + [sysconfig.get_paths()["purelib"]])) + "\n")
     home = tmp / "home"
     home.mkdir()
     env.update(NUMBA_ENABLE_CUDASIM="1", HOME=str(home), VIRTUAL_ENV=str(venv),

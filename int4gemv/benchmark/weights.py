@@ -25,6 +25,10 @@ __all__ = [
 #: Bytes of distinct weights a timed graph cycles through (at least four times a 60 MB L2).
 ROTATE_BYTES = 256 * 2**20
 
+#: Most copies one timing rotates through: each is an allocation and a launch of the timed graph
+#: (a decode shape's smallest weight, k/v 1024x2048 bs 32, needs 230).
+MAX_COPIES = 512
+
 #: A relative error above this marks a result as wrong (fp16 outputs of random data: ~1e-3).
 REL_ERR_OK = 1e-2
 
@@ -54,10 +58,12 @@ def random_weight(N: int, K: int, block_size: int = 32, *, rng=None, zero_points
 
 
 def rotation_copies(nbytes: int, rotate_bytes: int = ROTATE_BYTES) -> int:
-    """How many copies of an ``nbytes`` weight add up to ``rotate_bytes`` (at least 2)."""
+    """How many copies of an ``nbytes`` weight add up to ``rotate_bytes``: at least 2, at most
+    :data:`MAX_COPIES` (a weight under ``rotate_bytes / MAX_COPIES`` then rotates through fewer
+    bytes than asked, and its timing may be partly L2-resident; the row records ``copies``)."""
     if nbytes <= 0:
         raise ValueError(f"nbytes must be positive; got {nbytes}")
-    return max(2, -(-int(rotate_bytes) // int(nbytes)))
+    return min(MAX_COPIES, max(2, -(-int(rotate_bytes) // int(nbytes))))
 
 
 def rotated_copies(w, rotate_bytes: int = ROTATE_BYTES, *, copies: int | None = None) -> list:
