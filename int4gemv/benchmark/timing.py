@@ -118,10 +118,16 @@ def time_eager(call, sync, *, calls: int = 100, runs: int = 5) -> EagerTiming:
 _COPY_BANDWIDTH: dict = {}
 
 
+#: Seconds of back-to-back copies before :func:`copy_bandwidth` starts timing.
+COPY_WARMUP_S = 0.5
+
+
 def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool = False) -> float:
     """Device-to-device copy bandwidth of the current device in bytes/s, counting read + write
-    (``2 * nbytes`` per copy), median of ``replays`` event-timed copies. Measured once per device
-    and process unless ``remeasure``."""
+    (``2 * nbytes`` per copy), median of ``replays`` event-timed copies after at least
+    :data:`COPY_WARMUP_S` seconds of copies (three warm-up copies read 2.9-3.5 TB/s on an H200
+    whose torch copy read 4.2; see bench/NOTES.md). Measured once per device and process unless
+    ``remeasure``."""
     from numba import cuda
 
     device = cuda.get_current_device().id
@@ -130,8 +136,11 @@ def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool 
     src = cuda.to_device(np.frombuffer(np.random.default_rng(0).bytes(nbytes), np.uint8))
     dst = cuda.device_array_like(src)
     stream = cuda.stream()
-    for _ in range(3):
-        dst.copy_to_device(src, stream=stream)
+    warm_until = time.perf_counter() + COPY_WARMUP_S
+    while time.perf_counter() < warm_until:
+        for _ in range(8):
+            dst.copy_to_device(src, stream=stream)
+        stream.synchronize()
     start, end = cuda.event(timing=True), cuda.event(timing=True)
     samples = []
     for _ in range(replays):
