@@ -3,8 +3,9 @@
     python bench/copy_bandwidth_check.py
 
 Prints the device-to-device copy bandwidth (read + write, 1 GiB, median of 20 event-timed copies)
-from: the old probe (3 warm-up copies), :func:`int4gemv.benchmark.copy_bandwidth` (0.5 s of
-warm-up copies), torch ``copy_``, and both again, so a clock ramp shows up as an order effect.
+from: the old probe (the driver's memcpy after 3 warm-up copies), :func:`int4gemv.benchmark.copy_bandwidth`
+(the faster of memcpy and a copy kernel, after warm-up), torch ``copy_``, and again, so a clock
+ramp would show up as an order effect.
 """
 
 import time
@@ -52,7 +53,7 @@ def torch_copy():
 if __name__ == "__main__":
     time.sleep(2)   # an idle GPU first
     for name, probe in [("numba, 3 warm-up copies (old)", numba_three_warmups),
-                        ("copy_bandwidth (0.5 s warm-up)", lambda: copy_bandwidth(remeasure=True)),
+                        ("copy_bandwidth (memcpy or kernel)", lambda: copy_bandwidth(remeasure=True)),
                         ("torch copy_", torch_copy), ("numba, 3 warm-up copies (old)", numba_three_warmups),
-                        ("copy_bandwidth (0.5 s warm-up)", lambda: copy_bandwidth(remeasure=True))]:
+                        ("copy_bandwidth (memcpy or kernel)", lambda: copy_bandwidth(remeasure=True))]:
         print(f"{name:34s} {probe() / 1e9:7.0f} GB/s", flush=True)

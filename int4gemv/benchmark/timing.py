@@ -15,6 +15,7 @@ Numba's CUDA driver is imported on first use, never at import time; torch is not
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -117,38 +118,72 @@ def time_eager(call, sync, *, calls: int = 100, runs: int = 5) -> EagerTiming:
 
 _COPY_BANDWIDTH: dict = {}
 
+#: Seconds of back-to-back copies before each copy method is timed.
+COPY_WARMUP_S = 0.25
 
-#: Seconds of back-to-back copies before :func:`copy_bandwidth` starts timing.
-COPY_WARMUP_S = 0.5
 
-
-def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool = False) -> float:
-    """Device-to-device copy bandwidth of the current device in bytes/s, counting read + write
-    (``2 * nbytes`` per copy), median of ``replays`` event-timed copies after at least
-    :data:`COPY_WARMUP_S` seconds of copies (three warm-up copies read 2.9-3.5 TB/s on an H200
-    whose torch copy read 4.2; see bench/NOTES.md). Measured once per device and process unless
-    ``remeasure``."""
+@functools.lru_cache(maxsize=None)
+def _copy_kernel():
+    """A streaming copy kernel over uint64 words: four loads in flight per thread, then four
+    stores (grid-stride; compiled on first use)."""
     from numba import cuda
 
-    device = cuda.get_current_device().id
-    if device in _COPY_BANDWIDTH and not remeasure:
-        return _COPY_BANDWIDTH[device]
-    src = cuda.to_device(np.frombuffer(np.random.default_rng(0).bytes(nbytes), np.uint8))
-    dst = cuda.device_array_like(src)
-    stream = cuda.stream()
+    @cuda.jit
+    def copy_words(dst, src):
+        i, step, n = cuda.grid(1), cuda.gridsize(1), src.shape[0]
+        while i + 3 * step < n:
+            a, b, c, d = src[i], src[i + step], src[i + 2 * step], src[i + 3 * step]
+            dst[i], dst[i + step], dst[i + 2 * step], dst[i + 3 * step] = a, b, c, d
+            i += 4 * step
+        while i < n:
+            dst[i] = src[i]
+            i += step
+    return copy_words
+
+
+def _median_seconds(copy, stream, replays: int) -> float:
+    """Median of ``replays`` event-timed ``copy()`` calls on ``stream``, after warm-up."""
+    from numba import cuda
+
     warm_until = time.perf_counter() + COPY_WARMUP_S
     while time.perf_counter() < warm_until:
         for _ in range(8):
-            dst.copy_to_device(src, stream=stream)
+            copy()
         stream.synchronize()
     start, end = cuda.event(timing=True), cuda.event(timing=True)
     samples = []
     for _ in range(replays):
         start.record(stream)
-        dst.copy_to_device(src, stream=stream)
+        copy()
         end.record(stream)
         end.synchronize()
         samples.append(cuda.event_elapsed_time(start, end) * 1e-3)
+    return float(np.median(samples))
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool = False) -> float:
+    """Device-to-device copy bandwidth of the current device in bytes/s, counting read + write
+    (``2 * nbytes`` per copy): the faster of the driver's memcpy and a streaming copy kernel, each
+    the median of ``replays`` event-timed copies after :data:`COPY_WARMUP_S` s of warm-up. (On an
+    H200 the memcpy alone reads 3.0-3.5 TB/s where a copy kernel reaches 4.2; bench/NOTES.md.)
+    ``nbytes`` is rounded down to whole 8-byte words. Measured once per device and process
+    unless ``remeasure``. Needs a GPU (the simulator has no timing events)."""
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    key = device.id
+    if key in _COPY_BANDWIDTH and not remeasure:
+        return _COPY_BANDWIDTH[key]
+    words = max(1, nbytes // 8)
+    src = cuda.to_device(np.frombuffer(np.random.default_rng(0).bytes(8 * words), np.uint64))
+    dst = cuda.device_array_like(src)
+    stream = cuda.stream()
+    kernel = _copy_kernel()[8 * device.MULTIPROCESSOR_COUNT, 256, stream]
+    memcpy = _median_seconds(lambda: dst.copy_to_device(src, stream=stream), stream, replays)
+    streamed = _median_seconds(lambda: kernel(dst, src), stream, replays)
+    if not all(np.array_equal(dst[s].copy_to_host(stream=stream), src[s].copy_to_host(stream=stream))
+               for s in (slice(0, 4), slice(-4, None))):
+        raise RuntimeError("copy_bandwidth: the copy kernel did not copy its buffer")
     del src, dst
-    _COPY_BANDWIDTH[device] = bw = 2 * nbytes / float(np.median(samples))
+    _COPY_BANDWIDTH[key] = bw = 2 * 8 * words / min(memcpy, streamed)
     return bw
