@@ -4,8 +4,8 @@
 
 Prints the device-to-device copy bandwidth (read + write, 1 GiB, median of 20 event-timed copies)
 from: the old probe (the driver's memcpy after 3 warm-up copies), :func:`int4gemv.benchmark.copy_bandwidth`
-(the faster of memcpy and a copy kernel, after warm-up), torch ``copy_``, and again, so a clock
-ramp would show up as an order effect.
+(at commit 227b99b the faster of memcpy and a Numba copy kernel; since, the fastest of those and
+torch's ``copy_``), torch ``copy_``, and again, so a clock ramp would show up as an order effect.
 """
 
 import time
@@ -53,7 +53,7 @@ def torch_copy():
 if __name__ == "__main__":
     time.sleep(2)   # an idle GPU first
     for name, probe in [("numba, 3 warm-up copies (old)", numba_three_warmups),
-                        ("copy_bandwidth (memcpy or kernel)", lambda: copy_bandwidth(remeasure=True)),
+                        ("copy_bandwidth (fastest of three)", lambda: copy_bandwidth(remeasure=True)),
                         ("torch copy_", torch_copy), ("numba, 3 warm-up copies (old)", numba_three_warmups),
-                        ("copy_bandwidth (memcpy or kernel)", lambda: copy_bandwidth(remeasure=True))]:
+                        ("copy_bandwidth (fastest of three)", lambda: copy_bandwidth(remeasure=True))]:
         print(f"{name:34s} {probe() / 1e9:7.0f} GB/s", flush=True)

@@ -161,13 +161,41 @@ def _median_seconds(copy, stream, replays: int) -> float:
     return float(np.median(samples))
 
 
+def _torch_copy_seconds(device_id: int, nbytes: int, replays: int):
+    """Median seconds of torch's ``copy_`` of ``nbytes`` on device ``device_id`` (three warm-up
+    copies), or ``None`` without torch or CUDA in torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    with torch.cuda.device(device_id):
+        src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+        dst = torch.empty_like(src)
+        for _ in range(3):
+            dst.copy_(src)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples = []
+        for _ in range(replays):
+            start.record()
+            dst.copy_(src)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e-3)
+        del src, dst
+        torch.cuda.empty_cache()
+    return float(np.median(samples))
+
+
 def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool = False) -> float:
     """Device-to-device copy bandwidth of the current device in bytes/s, counting read + write
-    (``2 * nbytes`` per copy): the faster of the driver's memcpy and a streaming copy kernel, each
-    the median of ``replays`` event-timed copies after :data:`COPY_WARMUP_S` s of warm-up. (On an
-    H200 the memcpy alone reads 3.0-3.5 TB/s where a copy kernel reaches 4.2; bench/NOTES.md.)
-    ``nbytes`` is rounded down to whole 8-byte words. Measured once per device and process
-    unless ``remeasure``. Needs a GPU (the simulator has no timing events)."""
+    (``2 * nbytes`` per copy): the fastest of the driver's memcpy, a Numba streaming copy kernel
+    and, where torch has CUDA, torch's ``copy_``; each the median of ``replays`` event-timed
+    copies after warm-up. (On an H200 the memcpy read 2.8-3.5 TB/s, the Numba kernel 3.65 and
+    torch 4.17-4.20 in one process; bench/NOTES.md.) ``nbytes`` is rounded down to whole 8-byte
+    words. Measured once per device and process unless ``remeasure``. Needs a GPU (the
+    simulator has no timing events)."""
     from numba import cuda
 
     device = cuda.get_current_device()
@@ -185,5 +213,6 @@ def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool 
                for s in (slice(0, 4), slice(-4, None))):
         raise RuntimeError("copy_bandwidth: the copy kernel did not copy its buffer")
     del src, dst
-    _COPY_BANDWIDTH[key] = bw = 2 * 8 * words / min(memcpy, streamed)
+    seconds = [memcpy, streamed, _torch_copy_seconds(key, 8 * words, replays)]
+    _COPY_BANDWIDTH[key] = bw = 2 * 8 * words / min(t for t in seconds if t is not None)
     return bw
