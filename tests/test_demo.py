@@ -30,7 +30,9 @@ def test_demo_is_seeded_and_prints_each_warning_once(capsys, monkeypatch):
     first = capsys.readouterr().out
     assert demo.main(["--seed", "3"]) == 0
     second = capsys.readouterr().out
-    assert _untimed(second) == _untimed(first) and (second == first) == bool(config.ENABLE_CUDASIM)
+    assert _untimed(second) == _untimed(first)
+    if config.ENABLE_CUDASIM:   # nothing timed: every line repeats
+        assert second == first
     assert first.count("disagree") == 1 and "warnings (each once):" in first
     assert "(seed 3)" in first
     assert demo.main(["--seed", "4"]) == 0
