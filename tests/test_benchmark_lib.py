@@ -118,6 +118,21 @@ def test_rotation_covers_the_bytes_and_at_least_two_copies():
         rotation_copies(0)
 
 
+@pytest.mark.parametrize("words, grid", [(1, 1), (7, 1), (64 * 4 - 1, 2), (64 * 8 + 3, 2), (1000, 3)])
+def test_the_copy_kernel_copies_every_word_of_every_tail(words, grid):
+    """The copy-bandwidth kernel: the unrolled body and the remainder loop, any grid."""
+    from numba import cuda
+
+    from int4gemv.kernels.copy import copy_words
+
+    src = np.random.default_rng(words).integers(0, 2**63, words, dtype=np.uint64)
+    dst = cuda.to_device(np.zeros(words + 1, np.uint64))
+    copy_words[grid, 32](dst, cuda.to_device(src))
+    out = dst.copy_to_host()
+    np.testing.assert_array_equal(out[:words], src)
+    assert out[words] == 0   # nothing past the source's end
+
+
 def test_the_chunked_reference_equals_reference_gemv(rng):
     w = random_weight(8192 + 5, 16, 16, rng=3, zero_points=True)
     a = rng.standard_normal((2, 16)).astype(np.float16)

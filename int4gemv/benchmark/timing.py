@@ -15,7 +15,6 @@ Numba's CUDA driver is imported on first use, never at import time; torch is not
 
 from __future__ import annotations
 
-import functools
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -122,25 +121,6 @@ _COPY_BANDWIDTH: dict = {}
 COPY_WARMUP_S = 0.25
 
 
-@functools.lru_cache(maxsize=None)
-def _copy_kernel():
-    """A streaming copy kernel over uint64 words: four loads in flight per thread, then four
-    stores (grid-stride; compiled on first use)."""
-    from numba import cuda
-
-    @cuda.jit
-    def copy_words(dst, src):
-        i, step, n = cuda.grid(1), cuda.gridsize(1), src.shape[0]
-        while i + 3 * step < n:
-            a, b, c, d = src[i], src[i + step], src[i + 2 * step], src[i + 3 * step]
-            dst[i], dst[i + step], dst[i + 2 * step], dst[i + 3 * step] = a, b, c, d
-            i += 4 * step
-        while i < n:
-            dst[i] = src[i]
-            i += step
-    return copy_words
-
-
 def _median_seconds(copy, stream, replays: int) -> float:
     """Median of ``replays`` event-timed ``copy()`` calls on ``stream``, after warm-up."""
     from numba import cuda
@@ -198,6 +178,8 @@ def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool 
     simulator has no timing events)."""
     from numba import cuda
 
+    from ..kernels.copy import copy_words
+
     device = cuda.get_current_device()
     key = device.id
     if key in _COPY_BANDWIDTH and not remeasure:
@@ -206,7 +188,7 @@ def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool 
     src = cuda.to_device(np.frombuffer(np.random.default_rng(0).bytes(8 * words), np.uint64))
     dst = cuda.device_array_like(src)
     stream = cuda.stream()
-    kernel = _copy_kernel()[8 * device.MULTIPROCESSOR_COUNT, 256, stream]
+    kernel = copy_words[8 * device.MULTIPROCESSOR_COUNT, 256, stream]
     streamed = _median_seconds(lambda: kernel(dst, src), stream, replays)   # first: dst is unwritten
     if not all(np.array_equal(dst[s].copy_to_host(stream=stream), src[s].copy_to_host(stream=stream))
                for s in (slice(0, 4), slice(-4, None))):
