@@ -95,6 +95,8 @@ class KernelDescriptor:
         with the kernel's choices); raises ``ValueError`` naming a field the kernel cannot honour.
     bind: ``(plan, operands) -> Launch`` for a :class:`~int4gemv.dispatch.Plan` of this kernel
         and the call's :class:`Operands`.
+    choices: optional ``(problem, config, multiprocessors) -> {tuning field: why}``: why the
+        kernel chose the fields the tuning left open (shown by ``explain()``).
     """
 
     name: str
@@ -102,6 +104,7 @@ class KernelDescriptor:
     eligibility: Callable
     configure: Callable
     bind: Callable
+    choices: Callable | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -109,3 +112,5 @@ class KernelDescriptor:
         for field in ("eligibility", "configure", "bind"):
             if not callable(getattr(self, field)):
                 raise TypeError(f"KernelDescriptor.{field} must be callable")
+        if self.choices is not None and not callable(self.choices):
+            raise TypeError("KernelDescriptor.choices must be callable or None")

@@ -110,6 +110,7 @@ def plan_gemv(problem: Problem, resolved: Resolved, *, device_name=None, multipr
     config, grid, block, shared = kernel.configure(problem, tuning, multiprocessors)
     sources = dict(resolved.sources)
     sources.update(from_table)
+    why = kernel.choices(problem, config, multiprocessors) if kernel.choices else {}
     rows = []
     for f in fields(Tuning):
         asked = getattr(tuning, f.name)
@@ -118,7 +119,7 @@ def plan_gemv(problem: Problem, resolved: Resolved, *, device_name=None, multipr
         if f.name != "variant" and not hasattr(config, f.name):
             value, source = asked, f"{source}; not used by the {name} kernel"
         elif asked is None and value is not None:
-            source = f"{name} kernel's choice"
+            source = f"{name} kernel's choice" + (f": {why[f.name]}" if f.name in why else "")
         rows.append((f.name, value, source))
     return Plan(name, config, grid, block, shared, problem, resolved.tuning, tuple(rows), reason,
                 resolved.warnings)

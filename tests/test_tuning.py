@@ -109,6 +109,33 @@ def test_tuning_and_shorthands_are_exclusive():
         resolve({}, tuning=Tuning(), pdl=True)
 
 
+@pytest.mark.parametrize("M, K, dtype, cols, unroll, cols_why, unroll_why", [
+    (1, 2048, "float16", 4, 2, "4 columns per lane step at M = 1 (8 loads", "2 chunks per lane step (each lane has 2"),
+    (3, 256, "float16", 2, 1, "2 columns per lane step at M = 3 > 1", "1: each lane has one chunk"),
+    (1, 2048, "bfloat16", 4, 1, "32 lanes per column (K = 2048: 64 chunks", "1 for bfloat16"),
+])
+def test_explain_says_why_the_default_tiling_chose_its_columns_and_unroll(rng, M, K, dtype, cols, unroll,
+                                                                        cols_why, unroll_why):
+    # N = 9216: enough column groups that no SM count up to 132 halves the columns.
+    w = ig.quantize(rng.standard_normal((9216, K)).astype(np.float32), 32, dtype=dtype)
+    a = rng.standard_normal((M, K)).astype(w.dtype)
+    plan = ig.explain(a, w)
+    rows = {name: (value, source) for name, value, source in plan.sources}
+    assert plan.kernel == "default" and (rows["cols"][0], rows["unroll"][0]) == (cols, unroll)
+    assert rows["cols"][1].startswith("default kernel's choice: ") and cols_why in rows["cols"][1]
+    assert unroll_why in rows["unroll"][1] and unroll_why in str(plan)
+
+
+def test_the_default_tiling_says_when_it_halved_its_columns_for_a_short_n():
+    from int4gemv.kernels.default import choice_reasons, choose_config
+
+    config = choose_config(1, 1024, 2048, 32, "float16", False, multiprocessors=132)
+    why = choice_reasons(config, 1024, 2048, 132)
+    assert config.cols == 1 and "halved to 1 so N = 1024 gives every one of 132 SMs 8 warps" in why["cols"]
+    wide = choose_config(1, 151936, 2048, 32, "float16", False, multiprocessors=132)
+    assert wide.cols == 4 and "halved" not in choice_reasons(wide, 151936, 2048, 132)["cols"]
+
+
 def test_explain_shows_every_field_and_its_source(rng, monkeypatch):
     w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
     a = rng.standard_normal(64).astype(np.float16)

@@ -42,6 +42,10 @@ def configure(problem, tuning, multiprocessors):
     return config, grid, block, 0
 
 
+def choices(problem, config, multiprocessors):
+    return tiling.choice_reasons(config, problem.N, problem.K, multiprocessors)
+
+
 def bind(plan, ops):
     p, d = plan.problem, ops.weight
     bias = ops.bias if p.bias else d["no_bias"]
@@ -54,4 +58,4 @@ def bind(plan, ops):
 DESCRIPTOR = KernelDescriptor(
     name="default",
     summary="multi-warp default tiling (16-byte loads, every block size, M 1..16, fp16/bf16)",
-    eligibility=eligibility, configure=configure, bind=bind)
+    eligibility=eligibility, configure=configure, bind=bind, choices=choices)

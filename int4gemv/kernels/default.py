@@ -40,14 +40,14 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
-from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choose_config,
-                             geometry)
+from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
+                             choose_config, geometry)
 from .intrinsics import (SIMULATED, allow_next_grid, half2_fma, half2_sum, shfl_xor,
                          wait_for_previous_grid)
 from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
 from .vector_loads import load8, load16
 
-__all__ = ["DefaultConfig", "choose_config", "default_kernel", "geometry", "DTYPES", "MAX_M",
+__all__ = ["DefaultConfig", "choice_reasons", "choose_config", "default_kernel", "geometry", "DTYPES", "MAX_M",
            "COLS", "LANES", "UNROLLS"]
 
 _U0 = np.uint32(0)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DefaultConfig", "choose_config", "geometry", "DTYPES", "MAX_M", "COLS", "LANES",
+__all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "DTYPES", "MAX_M", "COLS", "LANES",
            "UNROLLS", "BLOCK_SIZES"]
 
 DTYPES = ("float16", "bfloat16")
@@ -103,6 +103,32 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
                          warps=warps, blocks_per_sm=blocks, act_vector=bool(act_aligned16),
                          weight_vector=bool(weight_aligned16) and row_bytes % 16 == 0,
                          pdl=bool(pdl))
+
+
+def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int = 132) -> dict:
+    """Why :func:`choose_config` chose ``config``'s ``cols`` and ``unroll`` for ``N x K``:
+    ``{"cols": text, "unroll": text}`` (for ``explain()``; a field the caller fixed is not
+    explained by its caller)."""
+    chunks = -(-K // 32)
+    per_lane = -(-chunks // config.lanes)
+    full = 4 if config.M == 1 else 2
+    if config.cols < full:
+        cols = (f"{full} columns per lane step at M = {config.M}, halved to {config.cols} so N = {N} "
+                f"gives every one of {multiprocessors} SMs 8 warps")
+    elif config.M == 1:
+        cols = (f"4 columns per lane step at M = 1 ({config.cols * config.unroll} loads of 16 bytes "
+                "in flight per lane)")
+    else:
+        cols = f"2 columns per lane step at M = {config.M} > 1 (M accumulators per column: registers)"
+    cols += (f"; {config.lanes} lanes per column (K = {K}: {chunks} chunks of 32), "
+             f"{config.blocks_per_sm} blocks per SM")
+    if per_lane == 1:
+        unroll = f"1: each lane has one chunk of its column (K = {K}, {config.lanes} lanes)"
+    elif config.dtype == "bfloat16":
+        unroll = "1 for bfloat16 (float32 pairs stay live; unroll 2 spilled on the H200)"
+    else:
+        unroll = f"2 chunks per lane step (each lane has {per_lane} chunks of its column)"
+    return {"cols": cols, "unroll": unroll}
 
 
 def geometry(config: DefaultConfig, N: int, multiprocessors: int):
