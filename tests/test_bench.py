@@ -211,15 +211,21 @@ def test_the_autotune_table_picks_the_faster_path_per_shape_and_dispatch_reads_i
     results = tmp_path / "h200.json"
     results.write_text(json.dumps(doc))
     path = tmp_path / "autotune_table.json"
-    path.write_text(json.dumps({"schema": 1, "devices": {"Other GPU": {"source": "x", "entries": []}}}))
+    path.write_text(json.dumps({"schema": 1, "devices": {"Other GPU": {"source": "x", "entries": [
+        {"N": 8, "K": 32, "variant": "default"}]}}}))   # schema 1: read as M=1, bs 32, no zp, fp16
 
     from bench.__main__ import main
 
     assert main(["--write-autotune", str(path), "--from", str(results)]) == 0
     table = json.loads(path.read_text())
-    assert set(table["devices"]) == {"Other GPU", "NVIDIA H200"}           # other devices kept
+    assert set(table["devices"]) == {"Other GPU", "NVIDIA H200"}           # other devices kept, in schema 2
+    assert table["devices"]["Other GPU"] == {"source": "x", "entries": [
+        {"N": 8, "K": 32, "M": 1, "block_size": 32, "zero_points": False, "dtype": "float16",
+         "variant": "default", "cols": None, "unroll": None, "note": ""}]}
     entries = {(e["N"], e["K"]): e for e in table["devices"]["NVIDIA H200"]["entries"]}
-    assert entries[(2048, 2048)] == {"N": 2048, "K": 2048, "variant": "single_warp", "cols": 4, "unroll": 2,
+    assert table["schema"] == 2
+    assert entries[(2048, 2048)] == {"N": 2048, "K": 2048, "M": 1, "block_size": 32, "zero_points": False,
+                                     "dtype": "float16", "variant": "single_warp", "cols": 4, "unroll": 2,
                                      "note": "single_warp 4x2 2.1 us vs default 3.0 us"}
     assert entries[(151936, 2048)]["variant"] == "default" and entries[(151936, 2048)]["cols"] is None
 
@@ -232,6 +238,19 @@ def test_the_autotune_table_picks_the_faster_path_per_shape_and_dispatch_reads_i
     plan = planned(2048, 2048)
     assert (plan.kernel, plan.config.cols, plan.config.unroll) == ("single_warp", 4, 2)
     assert planned(151936, 2048).kernel == "default"
+
+
+def test_a_malformed_existing_table_is_not_overwritten(tmp_path):
+    results = tmp_path / "h200.json"
+    results.write_text(json.dumps(synthetic_doc()))
+    path = tmp_path / "autotune_table.json"
+    bad = json.dumps({"schema": 2, "devices": {"Other GPU": {"entries": [{"N": 8, "K": 32, "variant": "default"}]}}})
+    path.write_text(bad)   # schema 2 entries must say M, block size, zero points and dtype
+
+    from bench.__main__ import main
+
+    assert main(["--write-autotune", str(path), "--from", str(results)]) == 2
+    assert path.read_text() == bad
 
 
 def test_an_untimed_document_gives_no_autotune_table():
