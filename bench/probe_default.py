@@ -1,7 +1,8 @@
 """GPU probe of the default tiling: correctness at full size, graph-replay timing, peers, SASS.
 
-``python -m bench.probe_default --out DIR [--budget S]`` (needs a CUDA GPU and torch). For each
-row: random device weights (packed bytes, scales, zero points) rotated over more than 400 MB so
+``python -m bench.probe_default --out DIR [--budget S]`` (needs a CUDA GPU and torch);
+``python -m bench.probe_default --table DIR/probe-default.json`` prints a saved run's target
+table (no GPU). For each row: random device weights (packed bytes, scales, zero points) rotated over more than 400 MB so
 no launch finds its weight in the 60 MB L2; the kernel bound once and captured ``launches``
 times into a torch CUDA graph; the median per-launch time of the replays; bytes counted in the
 weight's format (packed + scales + zero points + activations + output); the term-wise error of
@@ -59,11 +60,46 @@ def reference(torch, a, packed, scales, zps, N, K, bs, zp):
     return y, size
 
 
+def target_table(rows) -> str:
+    """The issue-12 rows of a probe run as a text table: per default-tiling row (the first row of
+    each shape, M, block size, zero points and dtype: the chosen configuration; later rows are
+    tuning experiments) its µs and % of copy, its ratio to M = 1 at the same format, bf16 over
+    fp16, and the peers' time over its own (> 1: the default tiling is faster; tinygemm runs
+    bf16, the single-warp kernel fp16, both at bs 32 without zero points)."""
+    first_rows, peers = {}, {}
+    for r in rows:
+        if r["kind"] == "default":
+            first_rows.setdefault((r["shape"], r["M"], r["bs"], r["zp"], r["dtype"]), r)
+        else:
+            peers.setdefault((r["kind"], r["shape"], r["M"]), r["us"])
+    head = (f"{'shape':8} {'M':>2} {'bs':>3} {'zp':>2} {'dtype':8} {'us':>8} {'%copy':>6} {'/M=1':>5} "
+            f"{'bf16/fp16':>9} {'tinygemm/':>9} {'single-warp/':>12}")
+    lines = [head]
+    for (shape, M, bs, zp, dtype), r in first_rows.items():
+        one = first_rows.get((shape, 1, bs, zp, dtype))
+        fp16 = first_rows.get((shape, M, bs, zp, "float16"))
+        cells = [f"{r['us'] / one['us']:5.2f}" if one else f"{'':5}",
+                 f"{r['us'] / fp16['us']:9.2f}" if dtype == "bfloat16" and fp16 else f"{'':9}"]
+        for kind, width in (("tinygemm", 9), ("single_warp", 12)):
+            peer = peers.get((kind, shape, M)) if bs == 32 and not zp else None
+            cells.append(f"{peer / r['us']:{width}.2f}" if peer else f"{'':{width}}")
+        lines.append(f"{shape:8} {M:2d} {bs:3d} {int(zp):2d} {dtype:8} {r['us']:8.2f} {r['pct_copy']:6.1f} "
+                     + " ".join(cells))
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="folder for probe-default.json and the SASS (needed to run the probe)")
     ap.add_argument("--budget", type=float, default=420, help="seconds before rows are skipped")
+    ap.add_argument("--table", metavar="PROBE_JSON", help="print the target table of a saved run; run nothing")
     args = ap.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(target_table(json.load(f)["rows"]))
+        return
+    if not args.out:
+        ap.error("--out is required to run the probe")
     os.makedirs(args.out, exist_ok=True)
 
     import torch
@@ -225,6 +261,7 @@ def main(argv=None):
     with open(os.path.join(args.out, "probe-default.json"), "w") as f:
         json.dump(dict(device=torch.cuda.get_device_name(), copy_GBps=bw / 1e9,
                        torch=torch.__version__, rows=rows, seconds=time.time() - t0), f, indent=1)
+    print(target_table(rows))
     print(f"done in {time.time() - t0:.0f} s", file=sys.stderr)
 
 
