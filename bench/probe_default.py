@@ -2,9 +2,9 @@
 
 ``python -m bench.probe_default --out DIR [--budget S]`` (needs a CUDA GPU and torch);
 ``python -m bench.probe_default --table DIR/probe-default.json`` prints a saved run's target
-table (no GPU). For each row: random device weights (packed bytes, scales, zero points) rotated over more than 400 MB so
-no launch finds its weight in the 60 MB L2; the kernel bound once and captured ``launches``
-times into a torch CUDA graph; the median per-launch time of the replays; bytes counted in the
+table (no GPU). For each row: random device weights (packed bytes, scales, zero points) rotated
+over more than 400 MB so no launch finds its weight in the 60 MB L2; the kernel bound once and
+captured ``launches`` times into a torch CUDA graph; the median per-launch time of the replays; bytes counted in the
 weight's format (packed + scales + zero points + activations + output); the term-wise error of
 copy 0 against a float64 torch reference. tinygemm (bf16, group 32) and the single-warp
 specialization run in the same process on the same shapes. Writes ``probe-default.json`` and
