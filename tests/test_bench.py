@@ -402,3 +402,19 @@ def test_no_peers_means_none_and_unknown_peers_are_named():
     assert available_peers([]) == {}
     with pytest.raises(ValueError, match="unknown peer 'cublas'"):
         available_peers(["cublas"])
+
+
+def test_the_default_tiling_probe_table_gives_ratios_to_m1_fp16_and_peers():
+    from bench.probe_default import target_table
+
+    def default(M, us, dtype="float16", bs=32, zp=False):
+        return dict(kind="default", shape="gate/up", M=M, bs=bs, zp=zp, dtype=dtype, us=us, pct_copy=50.0)
+    rows = [default(1, 5.0), default(1, 6.0, "bfloat16"), default(4, 10.0), default(1, 99.0, bs=64, zp=True),
+            dict(kind="single_warp", shape="gate/up", M=1, us=4.5), dict(kind="tinygemm", shape="gate/up", M=1, us=7.5),
+            dict(kind="tinygemm", shape="gate/up", M=4, us=9.0), default(1, 50.0)]   # the last: a tuning experiment
+    lines = target_table(rows).splitlines()
+    assert len(lines) == 1 + 4
+    assert lines[1].split()[-4:] == ["50.0", "1.00", "1.50", "0.90"]      # fp16 M = 1: %copy, /M=1, tinygemm/, sw/
+    assert lines[2].split()[-4:] == ["1.00", "1.20", "1.25", "0.75"]      # bf16: /M=1, bf16/fp16, tinygemm/, sw/
+    assert lines[3].split()[-2:] == ["2.00", "0.90"]                      # M = 4: /M=1 and tinygemm at M = 4
+    assert lines[4].split()[-1] == "1.00"                                 # bs 64 + zp: no peer of its format
