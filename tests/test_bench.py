@@ -168,8 +168,7 @@ def test_the_command_runs_on_the_simulator_and_says_it_timed_nothing(tmp_path):
     doc = json.loads(json_path.read_text())
     assert doc["timed"] is False and doc["ok"] is True and doc["device"]["simulated"] is True
     assert {"versions", "git", "date", "command"} <= set(doc)
-    assert [r["method"] for r in doc["rows"]] == ["default", "single_warp"] + (
-        ["sw 8x1"])
+    assert [r["method"] for r in doc["rows"]] == ["default", "single_warp", "sw 8x1"]
     assert all(r["ok"] and r["us"] is None and r["simulated"] for r in doc["rows"])
     assert all("resident" not in r for r in doc["rows"])
     step = doc["decode_step"]
