@@ -77,9 +77,11 @@ def measure_replays(replay, stream, *, launches: int = 1, replays: int = DEFAULT
     ``warmup`` untimed replays."""
     from numba import cuda
 
+    from ..device import stream_handle
+
     if replays < 1 or launches < 1:
         raise ValueError(f"replays and launches must be >= 1; got {replays}, {launches}")
-    handle = int(getattr(stream, "cuda_stream", stream))
+    handle = stream_handle(stream)
     s = cuda.external_stream(handle) if handle else cuda.default_stream()
     for _ in range(warmup):
         replay()
@@ -122,23 +124,14 @@ COPY_WARMUP_S = 0.25
 
 
 def _median_seconds(copy, stream, replays: int) -> float:
-    """Median of ``replays`` event-timed ``copy()`` calls on ``stream``, after warm-up."""
-    from numba import cuda
-
+    """Median of ``replays`` event-timed ``copy()`` calls on the Numba ``stream``, after
+    :data:`COPY_WARMUP_S` seconds of copies."""
     warm_until = time.perf_counter() + COPY_WARMUP_S
     while time.perf_counter() < warm_until:
         for _ in range(8):
             copy()
         stream.synchronize()
-    start, end = cuda.event(timing=True), cuda.event(timing=True)
-    samples = []
-    for _ in range(replays):
-        start.record(stream)
-        copy()
-        end.record(stream)
-        end.synchronize()
-        samples.append(cuda.event_elapsed_time(start, end) * 1e-3)
-    return float(np.median(samples))
+    return measure_replays(copy, stream, replays=replays, warmup=0).us * 1e-6
 
 
 def _torch_copy_seconds(device_id: int, nbytes: int, replays: int):
