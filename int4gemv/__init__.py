@@ -1,8 +1,9 @@
 """int4gemv: INT4 weight-only GEMV in ONNX Runtime's MatMulNBits layout, as Numba CUDA kernels.
 
 Importing this package touches no GPU and does not import Numba: the public names below load on
-first use. Set ``NUMBA_ENABLE_CUDASIM=1`` before first use to run the same kernels on Numba's CUDA
-simulator (tiny shapes only).
+first use. Without a GPU, call :func:`use_simulator` (or set ``NUMBA_ENABLE_CUDASIM=1``) before
+first use to run the same kernels on Numba's CUDA simulator (tiny shapes only); otherwise calls
+that need a GPU raise :class:`NoGPUError`, while :func:`explain` still plans (for an assumed device).
 
 Every call goes validate → plan → bind → launch through :mod:`int4gemv.pipeline`; kernels are
 described by :class:`KernelDescriptor` values in :mod:`int4gemv.registry`; a tuning is one
@@ -14,6 +15,7 @@ import importlib
 __all__ = [
     "QuantizedWeight", "quantize", "reference_gemv", "gemv", "explain", "prepare", "PreparedGemv",
     "Plan", "plan_gemv", "Problem", "Tuning", "KernelDescriptor", "BLOCK_SIZES", "MAX_M",
+    "use_simulator", "gpu_present", "NoGPUError", "SimulatorSwitchError",
 ]
 __version__ = "0.1.0"
 
@@ -24,6 +26,8 @@ _HOME = {
     "Plan": "dispatch", "plan_gemv": "dispatch",
     "Problem": "descriptor", "KernelDescriptor": "descriptor", "MAX_M": "descriptor",
     "Tuning": "tuning",
+    "use_simulator": "backend", "gpu_present": "backend", "NoGPUError": "backend",
+    "SimulatorSwitchError": "backend",
 }
 
 

@@ -18,7 +18,10 @@ the defaults (:mod:`.tuning`). Dtypes: ``a``, ``bias`` and ``out`` must have the
 
 from __future__ import annotations
 
-from .device import stream_handle
+from dataclasses import replace
+
+from .backend import require_gpu
+from .device import device_note, stream_handle
 from .dispatch import Plan
 from .pipeline import (bind, cached_launch, check_options, emit_warnings, launch_key, plan,
                        remember, run_host, validate)
@@ -31,16 +34,18 @@ def explain(a, w, *, bias=None, out=None, tuning=None, variant=None, pdl=False,
             prefetch=False) -> Plan:
     """The :class:`~int4gemv.dispatch.Plan` :func:`gemv` would use for these arguments.
 
-    Validates like ``gemv`` but launches nothing; ``print(explain(...))`` shows the kernel and
-    its configuration, the launch geometry, every tuning field with where it came from (argument,
-    environment variable, autotune table, default or the kernel's choice) and the reason.
+    Validates like ``gemv`` but launches nothing and needs no GPU; ``print(explain(...))`` shows
+    the kernel and its configuration, the launch geometry, every tuning field with where it came
+    from (argument, environment variable, autotune table, default or the kernel's choice), the
+    reason and the device it planned for (with no usable GPU: the model it assumed, see
+    :data:`int4gemv.backend.ASSUMED_DEVICE`).
     """
     resolved = resolve_tuning(tuning, variant=variant, pdl=pdl, prefetch=prefetch)
     call = validate(a, w, bias, out)
     check_options(resolved, call)
     result = plan(call, resolved)
     emit_warnings(result.warnings)
-    return result
+    return replace(result, device=device_note())
 
 
 def gemv(a, w, *, bias=None, out=None, stream=None, tuning=None, variant=None, pdl=False,
@@ -67,7 +72,8 @@ def gemv(a, w, *, bias=None, out=None, stream=None, tuning=None, variant=None, p
     Returns: device path, ``out`` itself when given, else a new Numba device array; host path,
     a numpy array (``out`` when given).
 
-    Raises ``TypeError``/``ValueError`` naming the argument before any launch.
+    Raises ``TypeError``/``ValueError`` naming the argument before any launch, and
+    :class:`~int4gemv.backend.NoGPUError` when no GPU is usable and the simulator is not in use.
     """
     key = None if out is None else launch_key(a, w, bias, out, tuning, variant, pdl, prefetch)
     if key is not None:
@@ -81,6 +87,7 @@ def gemv(a, w, *, bias=None, out=None, stream=None, tuning=None, variant=None, p
     check_options(resolved, call, stream is not None)
     chosen = plan(call, resolved)
     emit_warnings(chosen.warnings)
+    require_gpu("int4gemv.gemv")
     if not call.on_device:
         return run_host(chosen, call, out)
     if call.out is None:

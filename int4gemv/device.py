@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .backend import ASSUMED_DEVICE, gpu_present, no_gpu_reason
+
 __all__ = ["simulated", "device_facts", "current_device_id", "stream_handle", "supports_pdl",
-           "SIMULATOR_FACTS"]
+           "SIMULATOR_FACTS", "assumed_device", "device_note"]
 
 #: What :func:`device_facts` reports on the simulator: one multiprocessor, no compute capability.
 SIMULATOR_FACTS = ("simulator", 1, (0, 0))
@@ -38,9 +40,12 @@ def current_device_id() -> int:
 
 def device_facts() -> tuple:
     """``(name, multiprocessors, compute_capability)`` of the current device; on the simulator
-    :data:`SIMULATOR_FACTS`."""
+    :data:`SIMULATOR_FACTS`; with no usable GPU (and no simulator) the device a plan assumes,
+    :data:`~int4gemv.backend.ASSUMED_DEVICE` (see :func:`assumed_device`)."""
     if simulated():
         return SIMULATOR_FACTS
+    if assumed_device():
+        return ASSUMED_DEVICE
     from numba import cuda
 
     dev = cuda.get_current_device()
@@ -49,6 +54,24 @@ def device_facts() -> tuple:
         name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
         facts = _facts[dev.id] = (name, dev.MULTIPROCESSOR_COUNT, tuple(dev.compute_capability))
     return facts
+
+
+def assumed_device() -> bool:
+    """True when there is neither the simulator nor a usable GPU: plans are then made for
+    :data:`~int4gemv.backend.ASSUMED_DEVICE` (launches refuse with ``NoGPUError``)."""
+    return not simulated() and not gpu_present()
+
+
+def device_note() -> str:
+    """The device a plan was made for, one line: the current GPU, the simulator, or the assumed
+    model and why it was assumed."""
+    name, multiprocessors, cc = device_facts()
+    if simulated():
+        return "Numba CUDA simulator (1 multiprocessor assumed for the grid)"
+    line = f"{name}, {multiprocessors} SMs, compute capability {cc[0]}.{cc[1]}"
+    if assumed_device():
+        line += f" (assumed: {no_gpu_reason()}; the grid is sized for this model)"
+    return line
 
 
 def supports_pdl() -> bool:

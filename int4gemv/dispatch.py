@@ -35,7 +35,8 @@ class Plan:
     kernel: the descriptor's name; config: its configuration; grid, block, shared_bytes: the
     launch; problem: the :class:`~.descriptor.Problem`; tuning: the resolved request;
     sources: ``(field, effective value, where it came from)`` for every tuning field; reason:
-    why this kernel; warnings: conflicting controls.
+    why this kernel; warnings: conflicting controls; device: the device the plan was made for
+    (set by :func:`int4gemv.explain`; the model it assumed when no GPU is usable).
     """
 
     kernel: str
@@ -48,6 +49,7 @@ class Plan:
     sources: tuple
     reason: str
     warnings: tuple = ()
+    device: str = ""
 
     def __getattr__(self, name):  # M, N, K, block_size, dtype; cols, unroll, activations
         if name in ("M", "N", "K", "block_size", "dtype"):
@@ -72,6 +74,8 @@ class Plan:
         ]
         lines += [f"tuning   : {name} = {value!r}  ({source})" for name, value, source in self.sources]
         lines.append(f"reason   : {self.reason}")
+        if self.device:
+            lines.append(f"device   : {self.device}")
         lines += [f"warning  : {w}" for w in self.warnings]
         return "\n".join(lines)
 

@@ -7,6 +7,7 @@ call still builds the cache key (and, with ``tuning=None``, reads the environmen
 
 from __future__ import annotations
 
+from .backend import require_gpu
 from .device import stream_handle
 from .pipeline import bind, check_options, emit_warnings, plan, validate
 from .tuning import resolve_tuning
@@ -56,5 +57,6 @@ def prepare(a, w, *, out, bias=None, tuning=None, variant=None, pdl=False,
     check_options(resolved, call)
     chosen = plan(call, resolved)
     emit_warnings(chosen.warnings)
+    require_gpu("int4gemv.prepare")
     bound = bind(chosen, w, call.a, call.out, call.bias)
     return PreparedGemv(chosen, bound, out, (a, w, bias))

@@ -234,6 +234,9 @@ class QuantizedWeight:
         """Copy a host weight's arrays to the current CUDA device once (later calls do nothing);
         returns ``self``."""
         if self._device is None:
+            from .backend import require_gpu
+
+            require_gpu("QuantizedWeight.to_device")
             from numba import cuda
 
             packed, scales, zp = self._host

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .selection import gemv_options, tuning_label
+from .peers import check_peers
+from .selection import check_tunings, gemv_options, tuning_label
 from .table import Comparison
 from .timing import DEFAULT_REPLAYS, MIN_LAUNCHES, copy_bandwidth, measure_replays, time_eager
 from .weights import REL_ERR_OK, ROTATE_BYTES, reference, relative_error, rotated_copies
@@ -108,10 +109,13 @@ class GemvBench:
     """
 
     def __init__(self, w, M: int = 1, *, rotate_bytes: int = ROTATE_BYTES, copy_bw=None, seed: int = 0):
-        from numba import cuda
+        from int4gemv.backend import require_gpu
 
         if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or M < 1:
             raise ValueError(f"M must be a positive int; got {M!r}")
+        require_gpu("int4gemv.benchmark")
+        from numba import cuda
+
         self.w, self.M, self.simulated = w, int(M), simulated()
         if self.simulated and w.N * w.K > SIM_WARN_ELEMENTS:
             warnings.warn(f"simulator: a {w.N}x{w.K} weight runs every GPU thread in Python and takes "
@@ -187,10 +191,12 @@ class GemvBench:
     def time(self, tuning=None, *, replays: int = DEFAULT_REPLAYS, eager_calls: int = EAGER_CALLS,
              label: str | None = None) -> GemvTiming:
         """Check and time ``int4gemv.gemv`` with ``tuning`` (see :mod:`~int4gemv.benchmark.selection`).
-        A failure (bad tuning, launch error) gives a row with ``error`` and ``ok=False``."""
+        An unknown tuning raises ``ValueError`` (``TypeError`` for a wrong type) before anything
+        runs; a failure after that (launch error) gives a row with ``error`` and ``ok=False``."""
         import int4gemv
 
         method = label or tuning_label(tuning)
+        gemv_options(tuning)  # an unknown tuning is the caller's ValueError/TypeError, not a row
         try:
             plan = int4gemv.explain(self.x_dev, self.w, **gemv_options(tuning, launch=False))
             issue = self.launcher(tuning)
@@ -226,14 +232,14 @@ class GemvBench:
         input. Unavailable peers and failures give a row with ``error``."""
         from .peers import PEERS, require_torch, torch_graph
 
-        peer = PEERS[peer] if isinstance(peer, str) else peer
+        peer = PEERS[check_peers(peer)[0]] if isinstance(peer, str) else peer
         row = self._row(peer.name, "peer", None, description=peer.description)
-        if self.simulated:
-            row.error = "not run on the simulator (peers need torch with CUDA)"
-            return row
-        ok, why = peer.available()
+        ok, why = peer.available()   # first: a missing torch says what to install, GPU or not
         if not ok:
             row.error = f"unavailable: {why}"
+            return row
+        if self.simulated:
+            row.error = "not run on the simulator (peers are timed on a GPU)"
             return row
         try:
             torch = require_torch()
@@ -288,11 +294,16 @@ def time_gemv(w, M: int = 1, tuning=None, *, peers=(), replays: int = DEFAULT_RE
     each peer on the same input. On the simulator nothing is timed and the
     result says so.
 
+    Raises ``ValueError`` for an unknown tuning or peer (listing the accepted ones) before
+    anything runs, and :class:`int4gemv.NoGPUError` without a GPU or the simulator.
+
     Example (GPU)::
 
         from int4gemv.benchmark import time_gemv, random_weight
         print(time_gemv(random_weight(2048, 2048), tuning="auto"))
     """
+    peers = check_peers(peers)
+    check_tunings([tuning])
     with GemvBench(w, M, rotate_bytes=rotate_bytes, seed=seed) as bench:
         result = bench.time(tuning, replays=replays, eager_calls=eager_calls)
         if not peers:

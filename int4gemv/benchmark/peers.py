@@ -25,11 +25,11 @@ import numpy as np
 
 from .weights import reference, relative_error, rotation_copies, weight_bytes
 
-__all__ = ["PEERS", "Peer", "Prepared", "available_peers", "require_torch", "torch_dequantize",
+__all__ = ["PEERS", "Peer", "Prepared", "available_peers", "check_peers", "require_torch", "torch_dequantize",
            "torch_graph", "torch_views"]
 
 GROUP = 32
-PEERS_HINT = 'pip install "int4gemv[peers]" (torch with CUDA)'
+PEERS_HINT = 'install int4gemv[peers]: pip install "int4gemv[peers]" (torch with CUDA)'
 
 
 def require_torch():
@@ -63,7 +63,7 @@ class Peer:
     def available(self):
         """``(ok, why)``: whether this peer can run in this process."""
         if importlib.util.find_spec("torch") is None:
-            return False, f"torch is not installed ({PEERS_HINT})"
+            return False, f"torch is not installed: {PEERS_HINT}"
         torch = require_torch()
         return (True, f"torch {torch.__version__}") if torch.cuda.is_available() else (False, "no CUDA in torch")
 
@@ -224,6 +224,23 @@ class Gemlite(Peer):
 
 #: The registry, in table order.
 PEERS = {p.name: p for p in (Tinygemm(), TorchMv(), DequantMv(), Gemlite())}
+
+
+def check_peers(peers) -> list:
+    """``peers`` as a list of registered names (a single name is one; a :class:`Peer` object
+    passes as it is); ``ValueError`` naming an unknown one and listing :data:`PEERS`, before
+    anything runs."""
+    if isinstance(peers, (str, Peer)):
+        peers = [peers]
+    peers = list(peers or ())
+    for name in peers:
+        if isinstance(name, Peer):
+            continue
+        if not isinstance(name, str):
+            raise TypeError(f"peers must be names from int4gemv.benchmark.PEERS; got {type(name).__name__}")
+        if name not in PEERS:
+            raise ValueError(f"unknown peer {name!r}; accepted: {', '.join(PEERS)}")
+    return peers
 
 
 def available_peers(names=None) -> dict:

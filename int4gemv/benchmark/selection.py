@@ -12,7 +12,7 @@ writes ``os.environ``.
 
 from __future__ import annotations
 
-__all__ = ["LAUNCH_SUFFIXES", "VARIANTS", "gemv_options", "tuning_fields", "tuning_label"]
+__all__ = ["LAUNCH_SUFFIXES", "VARIANTS", "check_tunings", "gemv_options", "tuning_fields", "tuning_label"]
 
 VARIANTS = ("default", "single_warp", "auto")
 
@@ -40,8 +40,9 @@ def tuning_fields(tuning) -> dict:
                 fields.update(LAUNCH_SUFFIXES[suffix])
                 break
         if variant not in VARIANTS:
-            raise ValueError(f"tuning {tuning!r}: variant must be one of {', '.join(VARIANTS)} "
-                             f"(optionally + {' or '.join(LAUNCH_SUFFIXES)})")
+            raise ValueError(f"unknown tuning {tuning!r}; accepted: {', '.join(VARIANTS)}, each optionally "
+                             f"followed by {' or '.join(LAUNCH_SUFFIXES)} (e.g. 'auto+pdl'), or an "
+                             f"int4gemv.Tuning")
         fields["variant"] = variant
         return fields
     if not hasattr(tuning, "variant"):
@@ -67,6 +68,18 @@ def gemv_options(tuning, *, launch: bool = True) -> dict:
         chosen.pop("pdl", None)
         chosen.pop("prefetch", None)
     return {"tuning": Tuning(**chosen)}
+
+
+def check_tunings(tunings) -> list:
+    """``tunings`` as a list (a single string or tuning is one), each checked the way a run would
+    use it: ``ValueError`` for an unknown variant or field value (listing what is accepted),
+    ``TypeError`` for a wrong type, before anything runs."""
+    if tunings is None or isinstance(tunings, str) or hasattr(tunings, "variant"):
+        tunings = [tunings]
+    tunings = list(tunings)
+    for tuning in tunings:
+        gemv_options(tuning)
+    return tunings
 
 
 def tuning_label(tuning) -> str:
