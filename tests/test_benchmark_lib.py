@@ -41,8 +41,10 @@ def test_variant_strings_and_launch_suffixes_become_fields():
                                                     pdl=True, prefetch=True)
     assert tuning_fields("single_warp+pdl")["pdl"] and not tuning_fields("single_warp+pdl")["prefetch"]
     assert tuning_fields(None)["variant"] is None
-    with pytest.raises(ValueError, match="variant must be one of"):
+    with pytest.raises(ValueError, match="unknown tuning 'fast'; accepted: default, single_warp, auto, each "
+                                         "optionally followed by [+]pdl or [+]pdl[+]l2") as caught:
         tuning_fields("fast")
+    assert "+ +" not in str(caught.value)
     with pytest.raises(TypeError, match="int4gemv.Tuning"):
         tuning_fields(42)
     assert [tuning_label(t) for t in (None, "auto+pdl", _Tuned("single_warp", 4, 2), _Tuned("auto", pdl=True))] \
@@ -182,8 +184,9 @@ def test_compare_lists_every_tuning_and_peer_and_prints_a_table():
     assert all(r.ok for r in table.rows if r.family == "int4gemv")
     text = str(table)
     assert text.count("tinygemm") == 2 and table.as_dicts()[3]["shape"] == "16x32"
-    if simulated():
-        assert all("not run on the simulator" in r.error for r in table.rows if r.family == "peer")
+    if simulated():   # torch missing: what to install; torch present: not run here
+        assert all("install int4gemv[peers]" in r.error or "not run on the simulator" in r.error
+                   or "no CUDA in torch" in r.error for r in table.rows if r.family == "peer")
         assert "nothing timed" in text and table.plot() is None
     else:   # timed; a peer that cannot take a tiny shape says why instead of timing it
         assert all(r.us > 0 for r in table.rows if r.family == "int4gemv")
@@ -198,6 +201,26 @@ def test_workload_names_resolve_to_their_shapes():
                                                               ("qkv_proj", 4096, 2048)]
 
 
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda w: compare([(8, 32)], peers=["cublas"]), "unknown peer 'cublas'; accepted: tinygemm, torch.mv"),
+    (lambda w: compare([(8, 32)], tunings=["default", "fast"]), "unknown tuning 'fast'; accepted: default"),
+    (lambda w: compare([(8, 32), "lm_haed"]), "unknown shape 'lm_haed'; accepted: .*lm_head.*'NxK'"),
+    (lambda w: compare(["8x30"]), "K a positive multiple of 8"),
+    (lambda w: time_gemv(w, tuning="fast"), "unknown tuning 'fast'; accepted: default, single_warp, auto"),
+    (lambda w: time_gemv(w, peers=["cublas"]), "unknown peer 'cublas'; accepted:"),
+])
+def test_unknown_peers_tunings_and_shapes_are_refused_before_anything_runs(monkeypatch, call, message):
+    from int4gemv.benchmark import comparison, gemv_timing
+
+    def nothing_may_run(*args, **kwargs):
+        raise AssertionError("a GemvBench was made before the arguments were checked")
+
+    monkeypatch.setattr(gemv_timing, "GemvBench", nothing_may_run)
+    monkeypatch.setattr(comparison, "GemvBench", nothing_may_run)
+    with pytest.raises(ValueError, match=message):
+        call(random_weight(8, 32, rng=0))
+
+
 # -- peers ------------------------------------------------------------------------------------------------------
 def test_peers_without_torch_say_what_to_install(monkeypatch):
     import importlib.util
@@ -210,6 +233,9 @@ def test_peers_without_torch_say_what_to_install(monkeypatch):
         assert not ok and 'pip install "int4gemv[peers]"' in why
     with pytest.raises(ImportError, match=r"int4gemv\[peers\]"):
         require_torch()
+    with GemvBench(random_weight(8, 32, rng=0)) as bench:   # the row names the cause, GPU or not
+        row = bench.time_peer("tinygemm")
+    assert "torch is not installed: install int4gemv[peers]" in row.error and row.us is None
 
 
 # -- structure --------------------------------------------------------------------------------------------------
