@@ -6,8 +6,9 @@
     python -m bench --write-autotune int4gemv/autotune_table.json   # run, then write the table
     python -m bench --write-autotune T.json --from bench/results/X.json  # table from a saved run
 
-Writes ``<device>-<date>.json``, ``.png`` and ``.txt`` into ``--out``, else ``$OUT``, else
-``bench/results/``. Without a GPU (no ``/dev/nvidiactl``) or with ``--simulate`` it runs on Numba's
+Writes ``<device>-<date>.json``, ``.png`` and ``.txt`` into ``--out``, else into ``bench/runs/``
+(git-ignored, so a run leaves nothing to commit by accident); results meant for the repository go
+to ``bench/results/`` only when asked: ``--out bench/results``. Without a GPU (no ``/dev/nvidiactl``) or with ``--simulate`` it runs on Numba's
 CUDA simulator at tiny sizes, times nothing and says so. Exit status: 0 if every result is
 correct, 1 if any check failed (files are still written), 2 for a usage error.
 """
@@ -20,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["main", "parse_args"]
+__all__ = ["main", "output_folder", "parse_args"]
 
 
 def parse_args(argv=None):
@@ -29,7 +30,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer tunings, 20 replays, 4 decode-step variants")
     p.add_argument("--shapes", nargs="+", metavar="SHAPE",
                    help="projection names (q_proj ...), merged groups (qkv_proj, gate_up_proj) or NxK")
-    p.add_argument("--out", type=Path, help="output folder (default: $OUT, else bench/results)")
+    p.add_argument("--out", type=Path, help="output folder (default: bench/runs, git-ignored; "
+                                            "--out bench/results for results to commit)")
     p.add_argument("--write-autotune", type=Path, metavar="PATH",
                    help="write the auto-dispatch table (int4gemv/autotune_table.json format) from this run")
     p.add_argument("--from", dest="from_results", type=Path, metavar="RESULTS_JSON",
@@ -52,6 +54,13 @@ def parse_args(argv=None):
     if args.rotate_mb < 256:
         p.error("--rotate-mb must be at least 256 (four times the H200's 60 MB L2)")
     return args
+
+
+def output_folder(args) -> Path:
+    """Where a run writes: ``--out``, else :data:`bench.results_io.RUNS_DIR` (git-ignored)."""
+    from .results_io import RUNS_DIR
+
+    return args.out or RUNS_DIR
 
 
 def _use_simulator_if_needed(force: bool) -> None:
@@ -122,7 +131,6 @@ def main(argv=None) -> int:
     from .environment import describe_run
     from .methods import QUICK_TUNINGS, parse_tunings
     from .report import file_stem, format_summary, format_table, write_files
-    from .results_io import RESULTS_DIR
 
     simulated = bool(config.ENABLE_CUDASIM)
     workload_path = args.workload or DEFAULT_WORKLOAD
@@ -138,7 +146,7 @@ def main(argv=None) -> int:
         print(f"bench: unknown peer {exc}; accepted: {', '.join(PEERS)}", file=sys.stderr)
         return 2
 
-    out_dir = args.out or Path(os.environ.get("OUT") or RESULTS_DIR)
+    out_dir = output_folder(args)
     doc = {"schema": 1, "kind": "int4gemv-bench", **describe_run(simulated, ["bench"] + list(argv or sys.argv[1:]))}
     if simulated:
         from .simulated import run_simulated

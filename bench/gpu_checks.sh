@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU evidence in one command (run from the repository root on a CUDA machine):
 # the whole test suite (no simulator: every GPU test runs), then the real-driver lifecycle stress.
-# Logs go to ${OUT:-bench/results}. Usage: [PYTEST_TIMEOUT=S] [STRESS=0] bench/gpu_checks.sh [pytest args...]
+# Logs go to ${OUT:-bench/runs} (git-ignored; OUT=bench/results to commit them). Usage: [PYTEST_TIMEOUT=S] [STRESS=0] bench/gpu_checks.sh [pytest args...]
 set -uo pipefail
-out=${OUT:-bench/results}
+out=${OUT:-bench/runs}
 stamp=$(date -u +%Y%m%dT%H%M)
 mkdir -p "$out"
 workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)))")

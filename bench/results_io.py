@@ -13,6 +13,7 @@ from pathlib import Path
 
 __all__ = [
     "RESULTS_DIR",
+    "RUNS_DIR",
     "describe",
     "list_results",
     "load",
@@ -22,6 +23,9 @@ __all__ = [
 ]
 
 RESULTS_DIR = Path(__file__).parent / "results"
+#: Where ``python -m bench`` writes without ``--out``: git-ignored (commit a run by passing
+#: ``--out bench/results``).
+RUNS_DIR = Path(__file__).parent / "runs"
 
 
 def results_dir() -> Path:

@@ -4,11 +4,12 @@ Every int4gemv method the GPU run measures is checked once at a tiny shape throu
 library call as on the GPU (:class:`int4gemv.benchmark.GemvBench`), and the decode step of
 :data:`int4gemv.benchmark.workloads.SIM_WORKLOAD` is captured, replayed and released through
 lifecycle's simulated driver. The document has the GPU run's structure with every timing field
-``None`` and ``"timed": false``; peers are listed as not measured (they need CUDA in torch).
+``None`` and ``"timed": false``; peers are listed as not measured, with the reason (torch missing: what to install).
 """
 
 from __future__ import annotations
 
+from int4gemv.benchmark.peers import available_peers
 from int4gemv.benchmark.workloads import SIM_WORKLOAD, Shape
 
 from .decode_step import run_decode_step
@@ -39,8 +40,9 @@ def run_simulated(options, peers) -> dict:
         "rows": rows,
         "decode_step": step,
         "copy_bandwidth_gbs": None,
-        "peers": {name: {"available": False, "reason": "not run on the simulator (needs CUDA in torch)",
-                         "description": p.description} for name, p in peers.items()},
+        "peers": {name: {"available": False, "reason": why if not ok else "not run on the simulator (timed on a GPU)",
+                         "description": peers[name].description}
+                  for name, (ok, why) in available_peers(list(peers)).items()},
         "workload": {"name": SIM_WORKLOAD["name"], "block_size": 32},
         "notes": notes,
     }

@@ -10,6 +10,7 @@
   of graph replays over rotated weights); ``extra_info`` holds µs per launch, GB/s and % of copy.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -179,12 +180,25 @@ def test_the_command_runs_on_the_simulator_and_says_it_timed_nothing(tmp_path):
     assert step["configs"][0]["counters_released"]["graphs_alive"] == 0
     assert step["counters_closed"] == {"graphs_alive": 0, "pinned_buffers": 0, "pinned_bytes": 0, "pending_cleanup": 0}
     assert all(not p["available"] for p in doc["peers"].values())
+    torch_missing = importlib.util.find_spec("torch") is None
+    assert all(("install int4gemv[peers]" in doc["peers"][n]["reason"]) == torch_missing
+               for n in ("tinygemm", "torch.mv", "dequant+mv"))
 
     from bench.__main__ import main
 
     table = tmp_path / "autotune_table.json"
     assert main(["--write-autotune", str(table), "--from", str(json_path)]) == 2
     assert not table.exists()
+
+
+def test_without_out_the_command_writes_into_a_git_ignored_folder(tmp_path):
+    from bench.__main__ import output_folder, parse_args
+    from bench.results_io import RESULTS_DIR, RUNS_DIR
+
+    assert output_folder(parse_args([])) == RUNS_DIR != RESULTS_DIR
+    assert output_folder(parse_args(["--out", str(tmp_path)])) == tmp_path
+    ignored = [line.strip().strip("/") for line in (ROOT / ".gitignore").read_text().splitlines()]
+    assert RUNS_DIR.relative_to(ROOT).as_posix() in ignored
 
 
 def test_command_line_errors_exit_with_status_2():
