@@ -15,7 +15,7 @@ import importlib
 __all__ = [
     "QuantizedWeight", "quantize", "reference_gemv", "gemv", "explain", "prepare", "PreparedGemv",
     "Plan", "plan_gemv", "Problem", "Tuning", "KernelDescriptor", "BLOCK_SIZES", "MAX_M",
-    "use_simulator", "gpu_present", "NoGPUError", "SimulatorSwitchError",
+    "use_simulator", "simulator_selected", "gpu_present", "NoGPUError", "SimulatorSwitchError",
 ]
 __version__ = "0.1.0"
 
@@ -26,7 +26,8 @@ _HOME = {
     "Plan": "dispatch", "plan_gemv": "dispatch",
     "Problem": "descriptor", "KernelDescriptor": "descriptor", "MAX_M": "descriptor",
     "Tuning": "tuning",
-    "use_simulator": "backend", "gpu_present": "backend", "NoGPUError": "backend",
+    "use_simulator": "backend", "simulator_selected": "backend", "gpu_present": "backend",
+    "NoGPUError": "backend",
     "SimulatorSwitchError": "backend",
 }
 
