@@ -13,15 +13,16 @@ from __future__ import annotations
 __all__ = ["main"]
 
 import argparse
-import os
 import sys
 import warnings
 
 
 def _use_simulator_if_no_gpu() -> bool:
-    if "NUMBA_ENABLE_CUDASIM" not in os.environ and not os.path.exists("/dev/nvidiactl"):
-        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    from .backend import gpu_present, simulator_selected, use_simulator
+
+    if not simulator_selected() and not gpu_present():
+        use_simulator()
+    return simulator_selected()
 
 
 def _show(plan, notes: list) -> None:
