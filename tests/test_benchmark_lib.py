@@ -221,6 +221,14 @@ def test_unknown_peers_tunings_and_shapes_are_refused_before_anything_runs(monke
         call(random_weight(8, 32, rng=0))
 
 
+def test_a_bench_refuses_an_unknown_tuning_instead_of_reporting_a_row():
+    with GemvBench(random_weight(8, 32, rng=0)) as bench:
+        with pytest.raises(ValueError, match="unknown tuning 'fast'"):
+            bench.time("fast")
+        with pytest.raises(ValueError, match="unknown peer 'cublas'"):
+            bench.time_peer("cublas")
+
+
 # -- peers ------------------------------------------------------------------------------------------------------
 def test_peers_without_torch_say_what_to_install(monkeypatch):
     import importlib.util

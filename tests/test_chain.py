@@ -165,7 +165,9 @@ def test_silu_mul_kernel_is_float64_silu_times_u(rng):
     assert np.all(np.isinf(got[:n][~finite])) and np.all(np.isnan(got[n:]))
 
 
-@pytest.mark.parametrize("merged, launches", [(True, 11), (False, 17)])
+# The merged layout's eager step is checked (poisoned, launches, float64) by the captured-chain
+# test below, which runs it anyway: one simulated step costs ~20 s.
+@pytest.mark.parametrize("merged, launches", [(False, 17)])
 def test_eager_chain_matches_float64(rng, tiny_chain, wide_columns, merged, launches):
     chain = DecodeChain(*tiny_chain, merged=merged, tuning="single_warp")
     assert chain.launches == launches and all(p.kernel == "single_warp" for p in chain.plans())
@@ -196,8 +198,11 @@ def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_cha
                                                                    sim_provider):
     sim, provider = sim_provider
     chain = DecodeChain(*tiny_chain, merged=True, tuning="single_warp+pdl")
+    assert chain.launches == 11 and all(p.kernel == "single_warp" for p in chain.plans())
     x0, x1 = (rng.standard_normal(TINY.hidden).astype(np.float16) for _ in range(2))
+    _poison(chain)
     eager = chain.run(x1)
+    assert relative_error(eager, reference_logits(*tiny_chain, x1)) < tolerance(TINY.layers)
     graph = chain.capture(provider, 5, x0, streams=SimulatedStreams(sim))
     c = provider.counters
     assert (c.graphs_alive, c.pinned_buffers, c.pinned_bytes) == (1, 1, x0.nbytes)
