@@ -63,9 +63,11 @@ def test_without_a_gpu_plans_work_and_launches_raise_one_clear_error():
     assert "kernel   : default" in out and "grid=" in out
     assert "device   : NVIDIA H200, 132 SMs" in out and "(assumed: " in out
     assert "auto -> auto: nearest measured shape on NVIDIA H200" in out   # that model's table entries
-    for name in ("gemv", "to_device", "time_gemv", "compare"):
+    entry = {"gemv": "int4gemv.gemv", "to_device": "QuantizedWeight.to_device",
+             "time_gemv": "int4gemv.benchmark", "compare": "int4gemv.benchmark"}
+    for name, what in entry.items():
         line = next(x for x in out.splitlines() if x.startswith(f"{name}:"))
-        assert "NoGPUError" in line, line
+        assert f"NoGPUError: {what} needs a CUDA GPU" in line, line          # before Numba's CUDA
         assert "no usable GPU" in line or "cannot be found" in line, line     # the cause
         assert "NVIDIA GPU" in line and "int4gemv.use_simulator()" in line \
             and "NUMBA_ENABLE_CUDASIM=1" in line, line                         # the two ways out

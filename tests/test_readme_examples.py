@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: "a few seconds" / "under a second" on the 2-core CI machine, with margin for a loaded one.
-SECONDS_ON_A_CPU = 60
+#: "a few seconds" / "under a second" on the 2-core CI machine (3-6 s measured while five other
+#: jobs shared it), with margin for a loaded one.
+SECONDS_ON_A_CPU = 30
 _BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 _CLASSES = ("# GPU-sized", "# Simulator-sized", "# CPU-only")
 
