@@ -20,7 +20,7 @@ Modules (one concept each):
 * :mod:`bench.gpu_lifecycle_check` suite: lifecycle's tests on the real driver, then timings (GPU)
 * :mod:`bench.report`         reporting: terminal table and summary, JSON / text / PNG files
 * :mod:`bench.chart`          reporting: the PNG chart of a results document
-* :mod:`bench.results_io`     reporting: loading and describing committed results (notebooks)
+* :mod:`bench.results_io`     reporting: loading and describing committed results
 * :mod:`bench.environment`    device, driver, versions, git commit, date, command
 * :mod:`bench.progress`       a progress bar (tqdm when installed)
 """
