@@ -5,9 +5,9 @@
     python -m bench.decode_chain --out DIR --persistent       # also the persistent-kernel experiment
 
 One decode step of the workload (Qwen3-VL-2B: 28 layers, lm_head) as the chain of
-:class:`int4gemv.chain.DecodeChain`: each GEMV reads the previous one's output, so the step is
+:class:`int4gemv.decode.DecodeChain`: each GEMV reads the previous one's output, so the step is
 data-dependent (unlike ``bench.decode_step``'s independent inputs). Random weights at the real
-shapes; the logits are checked against the float64 chain (:func:`int4gemv.chain_model.tolerance`).
+shapes; the logits are checked against the float64 chain (:func:`int4gemv.decode.tolerance`).
 
 Per configuration (tuning x merged/separate projections) the step is captured once into a graph
 owned by ``lifecycle.numba_provider`` (input staged from a retained pinned buffer), replayed and
@@ -54,7 +54,7 @@ def replay_times_us(provider, graph_id: int, replays: int, warmup: int = 20) -> 
 
 
 def _errors(y, ref) -> dict:
-    from int4gemv.chain_model import relative_error
+    from int4gemv.decode.model import relative_error
 
     y64 = y.astype(np.float64)
     return {"rel_err": relative_error(y, ref),
@@ -63,7 +63,7 @@ def _errors(y, ref) -> dict:
 
 def measure_config(chain, provider, graph_id: int, x, ref, copy_bw: float, replays: int) -> dict:
     """Check, capture, time and release one configuration; returns its row."""
-    from int4gemv.chain_model import tolerance
+    from int4gemv.decode.model import tolerance
 
     eager = chain.run(x)
     t0 = time.perf_counter()
@@ -119,8 +119,8 @@ def run(args) -> dict:
     import lifecycle
     from numba import cuda
 
-    from int4gemv.chain import DecodeChain
-    from int4gemv.chain_model import ChainShape, random_chain, reference_logits, relative_error, tolerance
+    from int4gemv.decode.chain import DecodeChain
+    from int4gemv.decode.model import ChainShape, random_chain, reference_logits, relative_error, tolerance
 
     workload = json.loads(Path(args.workload).read_text())
     shape = ChainShape.from_workload(workload, layers=args.layers)
@@ -146,7 +146,7 @@ def run(args) -> dict:
             t1 = time.perf_counter()
             try:
                 if tuning == "persistent":
-                    from int4gemv.persistent_chain import PersistentChain
+                    from int4gemv.decode.persistent import PersistentChain
                     chain = PersistentChain(layers, lm_head)
                 else:
                     chain = DecodeChain(layers, lm_head, merged=layout == "merged", tuning=tuning)
@@ -165,7 +165,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> int:
-    from int4gemv.chain import TUNINGS
+    from int4gemv.decode.chain import TUNINGS
 
     p = argparse.ArgumentParser(prog="python -m bench.decode_chain", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
     p.add_argument("--replays", type=int, default=300, help="timed replays per configuration")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--persistent", action="store_true",
-                   help="also the experimental persistent chain kernel (int4gemv.persistent_chain)")
+                   help="also the experimental persistent chain kernel (int4gemv.decode.persistent)")
     args = p.parse_args(argv)
     if args.replays < 20:
         p.error("--replays must be at least 20")

@@ -1,4 +1,4 @@
-"""The decode chain (``int4gemv.chain``) on the simulator, and its float64 model on the host.
+"""The decode chain (``int4gemv.decode``) on the simulator, and its float64 model on the host.
 
 The chain runs at a tiny shape (2 layers, hidden 32, MLP 64, vocab 48): Numba's simulator costs
 about 0.1 s per output column of a GEMV, so the issue's hidden 64 / MLP 128 / vocab 96 would
@@ -13,10 +13,11 @@ import pytest
 from numba import cuda
 
 import int4gemv as ig
-from int4gemv.chain import TUNINGS, DecodeChain, SimulatedStreams, launch_options
-from int4gemv.chain_model import (ChainShape, LayerWeights, exact_gemv, random_chain,
+from int4gemv.decode.chain import TUNINGS, DecodeChain, launch_options
+from int4gemv.decode.streams import SimulatedStreams
+from int4gemv.decode.model import (ChainShape, LayerWeights, exact_gemv, random_chain,
                                   reference_logits, relative_error, tolerance)
-from int4gemv.kernels.elementwise import check_silu_mul, silu_mul_geometry, silu_mul_kernel
+from int4gemv.decode.silu_mul import check_silu_mul, silu_mul_geometry, silu_mul_kernel
 
 TINY = ChainShape(layers=2, hidden=32, intermediate=64, q_dim=32, kv_dim=16, vocab=48)
 
@@ -215,7 +216,7 @@ def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_cha
 # -- the experimental persistent chain kernel ------------------------------------------------------
 
 def test_persistent_chain_matches_float64_with_phases_spread_over_blocks(rng, tiny_chain):
-    from int4gemv.persistent_chain import PersistentChain
+    from int4gemv.decode.persistent import PersistentChain
 
     chain = PersistentChain(*tiny_chain, max_items=3)  # every phase has >= 8 items: >= 3 blocks each
     items = chain.phases.copy_to_host()[:, -1]

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from int4gemv.chain import TUNINGS, DecodeChain
-from int4gemv.chain_model import ChainShape, random_chain, reference_logits, relative_error, tolerance
+from int4gemv.decode.chain import TUNINGS, DecodeChain
+from int4gemv.decode.model import ChainShape, random_chain, reference_logits, relative_error, tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.xdist_group("full_chain")]  # one worker builds the 1 GB chain
 
@@ -87,7 +87,7 @@ def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, m
 @pytest.mark.xdist_group("full_chain_persistent")
 def test_persistent_chain_experiment_is_correct_and_race_free(full_chain, provider, rng):
     """The experimental persistent kernel: float64, owned graph vs eager, 1000 fresh inputs."""
-    from int4gemv.persistent_chain import PersistentChain
+    from int4gemv.decode.persistent import PersistentChain
 
     shape, layers, lm_head, x, ref = full_chain
     chain = PersistentChain(layers, lm_head)

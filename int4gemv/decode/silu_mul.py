@@ -1,4 +1,4 @@
-"""Elementwise kernels of the decode chain: ``m = silu(g) · u`` on fp16 vectors.
+"""The decode chain's element-wise kernel: ``m = silu(g) · u`` on fp16 vectors.
 
 ``g`` and ``u`` are the two halves of one ``[2n]`` vector (the output of a merged gate/up GEMV,
 or of separate gate and up GEMVs writing its halves), so one kernel serves both layouts.

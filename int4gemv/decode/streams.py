@@ -1,0 +1,67 @@
+"""How a decode step's operations reach a CUDA stream: on a GPU, or on the simulated driver.
+
+An operation is a callable ``op(stream)``. :class:`KernelLaunch` makes one of a Numba kernel with
+fixed geometry and arguments; :class:`DeviceStreams` issues operations on a real stream (so a
+capturing stream records them); :class:`SimulatedStreams` enqueues them as kernels of a
+:class:`lifecycle.SimDriver` stream, so the simulated driver records and replays them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda
+
+__all__ = ["KernelLaunch", "DeviceStreams", "SimulatedStreams"]
+
+
+class KernelLaunch:
+    """A Numba kernel with fixed geometry and arguments, as a chain operation: ``op(stream)``
+    launches it on ``stream`` (``None``, a raw ``CUstream`` handle or a Numba stream)."""
+
+    def __init__(self, kernel, grid, block, *args):
+        self.kernel, self.grid, self.block, self.args, self._streams = kernel, grid, block, args, {}
+
+    def __call__(self, stream):
+        key = stream if stream is None or isinstance(stream, (int, np.integer)) else id(stream)
+        s = self._streams.get(key)
+        if s is None:
+            if stream is None or (isinstance(stream, (int, np.integer)) and int(stream) == 0):
+                s = cuda.default_stream()
+            else:
+                s = cuda.external_stream(int(stream)) if isinstance(stream, (int, np.integer)) else stream
+            self._streams[key] = s
+        self.kernel[self.grid, self.block, s](*self.args)
+
+
+class DeviceStreams:
+    """How a chain's work reaches a CUDA stream on a GPU: each launch is issued on it directly
+    (so it is captured when the stream captures), the staged input copied straight into place."""
+
+    def submit(self, stream, op) -> None:
+        op(stream)
+
+    def copy_in(self, capture, buffer, dst) -> None:
+        capture.copy_to_device(dst, buffer)
+
+
+class SimulatedStreams:
+    """The same for a provider on :class:`lifecycle.SimDriver` (``NUMBA_ENABLE_CUDASIM=1``): each
+    launch is enqueued as a simulated kernel that runs it (on Numba's simulator) when the stream
+    reaches it, so it is recorded and replayed; the staged input lands in simulated device memory
+    and a simulated kernel copies it into the chain's input buffer."""
+
+    def __init__(self, sim):
+        self.sim, self._landing = sim, {}
+
+    def submit(self, stream, op) -> None:
+        self.sim.launch_kernel(stream, functools.partial(op, None))
+
+    def copy_in(self, capture, buffer, dst) -> None:
+        key = (tuple(dst.shape), np.dtype(dst.dtype))
+        if key not in self._landing:  # first met in the warm-up run, outside capture
+            self._landing[key] = self.sim.device_array(*key)
+        landing = self._landing[key]
+        capture.copy_to_device(landing, buffer)
+        self.sim.launch_kernel(capture.stream, dst.copy_to_device, landing)
