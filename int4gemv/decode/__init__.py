@@ -7,8 +7,11 @@ One concept per module:
 * :mod:`.chain` — :class:`DecodeChain`, the step as prepared GEMV launches (merged or separate
   projections, one of :data:`TUNINGS`);
 * :mod:`.step` — :class:`ChainStep` (eager ``run`` and ``capture``) and :class:`CapturedChain`;
+* :mod:`.launches` — the step's operations: :class:`GemvLaunch`, :class:`KernelLaunch`;
 * :mod:`.streams` — how operations reach a stream (GPU or the simulated driver);
 * :mod:`.silu_mul` — the element-wise ``silu(g)·u`` kernel;
+* :mod:`.stamps`, :mod:`.timeline` — per-block ``%globaltimer`` stamps and the per-kernel
+  timeline of a replayed step;
 * :mod:`.persistent`, :mod:`.persistent_kernel` — the experimental one-launch chain.
 
 Importing this package imports Numba but touches no GPU.
@@ -19,8 +22,9 @@ from .model import (ChainShape, LayerWeights, check_chain, random_chain, referen
                     relative_error, tolerance)
 from .persistent import PersistentChain
 from .step import CapturedChain, ChainStep
-from .streams import DeviceStreams, KernelLaunch, SimulatedStreams
+from .launches import GemvLaunch, KernelLaunch
+from .streams import DeviceStreams, SimulatedStreams
 
 __all__ = ["DecodeChain", "TUNINGS", "launch_options", "ChainShape", "LayerWeights", "check_chain",
            "random_chain", "reference_logits", "relative_error", "tolerance", "PersistentChain",
-           "CapturedChain", "ChainStep", "DeviceStreams", "KernelLaunch", "SimulatedStreams"]
+           "CapturedChain", "ChainStep", "DeviceStreams", "GemvLaunch", "KernelLaunch", "SimulatedStreams"]

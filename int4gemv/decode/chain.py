@@ -10,6 +10,12 @@ is added in float32 before the one rounding to fp16), likewise ``x = h + W_down�
 q is the first ``q_dim`` entries of the qkv output in both layouts (separate q, k, v write their
 slices of it; gate and up the two halves of one gate/up buffer).
 
+Every kernel of a ``+pdl`` tuning is a programmatic dependent launch, silu·mul included. Two
+measurement options: ``blocks_per_sm`` caps every GEMV's (persistent) grid, leaving SM slots for
+the next kernel's first blocks; ``timeline=True`` launches the stamped form of every kernel
+(:mod:`.stamps`), each writing per-block ``%globaltimer`` stamps into ``chain.stamps``
+(:mod:`.timeline` reads them) — a separate compilation, so the default chain carries no cost.
+
 Run modes: :meth:`DecodeChain.run` (eager, on a stream) and :meth:`DecodeChain.capture` (once
 into a graph owned by a :class:`lifecycle.GraphProvider`, the input staged from a pinned buffer
 retained for the graph; returns a :class:`CapturedChain` to replay and release).
@@ -20,83 +26,150 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from ..prepared import prepare
+import numpy as np
+from numba import cuda
+
+from ..device import device_facts
+from .launches import GemvLaunch, KernelLaunch
 from .model import check_chain
 from .silu_mul import check_silu_mul, silu_mul_geometry, silu_mul_kernel
+from .stamps import stamp_buffer
 from .step import ChainStep
-from .streams import KernelLaunch
 
 __all__ = ["DecodeChain", "TUNINGS", "launch_options"]
 
-#: Chain tunings: a GEMV variant, optionally as programmatic dependent launches (``+pdl``).
-TUNINGS = ("default", "single_warp", "auto", "default+pdl", "single_warp+pdl", "auto+pdl")
+#: Chain tunings: a GEMV variant, optionally as programmatic dependent launches (``+pdl``), and
+#: with each single-warp kernel's weights prefetched into L2 before its wait (``+l2``).
+TUNINGS = ("default", "single_warp", "auto", "default+pdl", "single_warp+pdl", "auto+pdl",
+           "single_warp+pdl+l2", "auto+pdl+l2")
+#: The projections whose bytes a step reads, per layer.
+PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 def launch_options(tuning: str) -> dict:
     """The keywords of :func:`int4gemv.prepare` a chain tuning stands for: the one place a chain
-    chooses its kernels. ``"auto+pdl"`` → ``{"variant": "auto", "pdl": True}``. (The default
-    tiling ignores ``pdl``.)"""
+    chooses its kernels. ``"auto+pdl"`` → ``{"variant": "auto", "pdl": True, "prefetch":
+    False}``. (The default tiling ignores ``pdl``.)"""
     if tuning not in TUNINGS:
         raise ValueError(f"tuning must be one of {TUNINGS}; got {tuning!r}")
-    variant, _, pdl = tuning.partition("+")
-    return {"variant": variant, "pdl": pdl == "pdl"}
+    variant, *flags = tuning.split("+")
+    return {"variant": variant, "pdl": "pdl" in flags, "prefetch": "l2" in flags}
+
+
+def _optional_positive(name, value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise ValueError(f"{name} must be None or a positive int; got {value!r}")
 
 
 class DecodeChain(ChainStep):
     """The chain over ``layers`` (a sequence of :class:`~int4gemv.decode.model.LayerWeights`) and
-    ``lm_head``, with its device buffers and bound launches.
+    ``lm_head``, with its device buffers and bound launches. Weights move to the device here.
 
-    Args:
-        merged: run q/k/v and gate/up as one GEMV each (``LayerWeights.qkv`` / ``gate_up``).
-        tuning: one of :data:`TUNINGS` (see :func:`launch_options`).
+    Parameters
+    ----------
+    merged : bool
+        Run q/k/v and gate/up as one GEMV each (``LayerWeights.qkv`` / ``gate_up``).
+    tuning : str
+        One of :data:`TUNINGS` (see :func:`launch_options`).
+    blocks_per_sm : int, optional
+        Cap every GEMV grid at this many blocks per multiprocessor (``None``: the planned grid).
+    timeline : bool
+        Launch the stamped kernels (:mod:`.stamps`) writing into ``chain.stamps``.
+    silu_pdl : bool, optional
+        Launch silu·mul as a programmatic dependent launch (``None``: as the tuning's GEMVs; the
+        chain before issue 21 had ``False``).
 
-    Attributes: ``x`` (the input, fp16 ``[hidden]``, overwritten by the residual stream),
-    ``logits`` (fp16 ``[vocab]``), ``launches`` (kernel launches per step), ``weight_bytes``
-    (INT4 weights + scales + zero points read per step). Weights move to the device here.
+    Attributes
+    ----------
+    x, logits
+        The input (fp16 ``[hidden]``, overwritten by the residual stream) and the output.
+    launches, weight_bytes
+        Kernel launches per step; INT4 weights + scales + zero points read per step.
+    kernels
+        ``(name, layer, weight_bytes)`` per launch, in order (layer −1: lm_head).
+    stamps
+        With ``timeline``: the uint64 stamp buffer ``[launches, blocks, 2]``; else ``None``.
     """
 
-    def __init__(self, layers, lm_head, *, merged: bool = True, tuning: str = "auto"):
-        if not isinstance(merged, bool):
-            raise TypeError(f"merged must be a bool; got {type(merged).__name__}")
+    def __init__(self, layers, lm_head, *, merged: bool = True, tuning: str = "auto",
+                 blocks_per_sm=None, timeline: bool = False, silu_pdl=None):
+        for name, v in (("merged", merged), ("timeline", timeline)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
+        if silu_pdl is not None and not isinstance(silu_pdl, bool):
+            raise TypeError(f"silu_pdl must be None or a bool; got {type(silu_pdl).__name__}")
+        _optional_positive("blocks_per_sm", blocks_per_sm)
         layers, (self.hidden, self.q_dim, self.kv_dim, self.intermediate) = check_chain(layers, lm_head)
-        options = launch_options(tuning)
+        self.options = launch_options(tuning)
         self.layers, self.lm_head, self.merged, self.tuning = layers, lm_head, merged, tuning
+        self.blocks_per_sm, self.timeline = blocks_per_sm, timeline
+        self.silu_pdl = self.options["pdl"] if silu_pdl is None else silu_pdl
         H, Q, KV, I = self.hidden, self.q_dim, self.kv_dim, self.intermediate
         self.x, self.h, self.m = (cuda.device_array(n, np.float16) for n in (H, H, I))
         self.qkv = cuda.device_array(Q + 2 * KV, np.float16)
         self.gu = cuda.device_array(2 * I, np.float16)
         self.logits = cuda.device_array(lm_head.N, np.float16)
-        q = self.qkv[:Q]
-
-        def gemv(a, w, out, bias=None):
-            return prepare(a, w, out=out, bias=bias, **options)
-
-        silu_mul = KernelLaunch(silu_mul_kernel, *silu_mul_geometry(check_silu_mul(self.gu, self.m)),
-                                self.gu, self.m)
-        ops = []
-        for layer in layers:
-            if merged:
-                ops.append(gemv(self.x, layer.qkv, self.qkv))
-            else:
-                ops += [gemv(self.x, layer.q, q), gemv(self.x, layer.k, self.qkv[Q:Q + KV]),
-                        gemv(self.x, layer.v, self.qkv[Q + KV:])]
-            ops.append(gemv(q, layer.o, self.h, bias=self.x))
-            if merged:
-                ops.append(gemv(self.h, layer.gate_up, self.gu))
-            else:
-                ops += [gemv(self.h, layer.gate, self.gu[:I]), gemv(self.h, layer.up, self.gu[I:])]
-            ops.append(silu_mul)
-            ops.append(gemv(self.m, layer.down, self.x, bias=self.h))
-        ops.append(gemv(self.x, lm_head, self.logits))
+        check_silu_mul(self.gu, self.m)
+        specs = self._specs()
+        self.kernels = tuple((name, layer, nbytes) for name, layer, nbytes, _ in specs)
+        self.stamps = None
+        ops = [make(None, 0) for *_, make in specs]
+        if timeline:  # the buffer is sized by the widest grid, known once every launch is planned
+            self.stamps = stamp_buffer(len(ops), max(op.grid[0] for op in ops))
+            ops = [make(self.stamps, slot) for slot, (*_, make) in enumerate(specs)]
         self._ops = tuple(ops)
         self.launches = len(ops)
-        self.weight_bytes = lm_head.nbytes + sum(
-            getattr(x, p).nbytes for x in layers for p in ("q", "k", "v", "o", "gate", "up", "down"))
+        self.weight_bytes = lm_head.nbytes + sum(getattr(x, p).nbytes for x in layers for p in PROJECTIONS)
+
+    def _specs(self) -> list:
+        """``(name, layer, weight_bytes, make)`` per launch; ``make(stamps, slot)`` binds it."""
+        H, Q, KV, I = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        max_blocks = None if self.blocks_per_sm is None else self.blocks_per_sm * device_facts()[1]
+        q = self.qkv[:Q]
+
+        def gemv(name, layer, a, w, out, bias=None):
+            return (name, layer, w.nbytes, lambda stamps, slot: GemvLaunch(
+                a, w, out, bias, options=self.options, max_blocks=max_blocks, stamps=stamps, slot=slot))
+
+        grid, block = silu_mul_geometry(I)
+        kernel = silu_mul_kernel(self.silu_pdl)
+
+        def silu_mul(layer):
+            return ("silu_mul", layer, 0, lambda stamps, slot: KernelLaunch(
+                kernel, grid, block, self.gu, self.m, programmatic=self.silu_pdl, stamps=stamps, slot=slot))
+
+        specs = []
+        for i, layer in enumerate(self.layers):
+            if self.merged:
+                specs.append(gemv("qkv", i, self.x, layer.qkv, self.qkv))
+            else:
+                specs += [gemv("q", i, self.x, layer.q, q), gemv("k", i, self.x, layer.k, self.qkv[Q:Q + KV]),
+                          gemv("v", i, self.x, layer.v, self.qkv[Q + KV:])]
+            specs.append(gemv("o", i, q, layer.o, self.h, bias=self.x))
+            if self.merged:
+                specs.append(gemv("gate_up", i, self.h, layer.gate_up, self.gu))
+            else:
+                specs += [gemv("gate", i, self.h, layer.gate, self.gu[:I]),
+                          gemv("up", i, self.h, layer.up, self.gu[I:])]
+            specs.append(silu_mul(i))
+            specs.append(gemv("down", i, self.m, layer.down, self.x, bias=self.h))
+        specs.append(gemv("lm_head", -1, self.x, self.lm_head, self.logits))
+        return specs
 
     def __repr__(self):
         return (f"DecodeChain({len(self.layers)} layers, {'merged' if self.merged else 'separate'}, "
                 f"{self.tuning}, {self.launches} launches, {self.weight_bytes / 1e6:.1f} MB)")
 
+    def lm_head_launch(self) -> GemvLaunch:
+        """A new, unstamped launch of this chain's lm_head GEMV (same tuning, grid cap and
+        buffers): the chain's last kernel on its own, to time standalone."""
+        max_blocks = None if self.blocks_per_sm is None else self.blocks_per_sm * device_facts()[1]
+        return GemvLaunch(self.x, self.lm_head, self.logits, options=self.options, max_blocks=max_blocks)
+
     def plans(self) -> list:
         """The :class:`~int4gemv.Plan` of each GEMV launch, in order (what each one runs)."""
-        return [op.plan for op in self._ops if not isinstance(op, KernelLaunch)]
+        return [op.plan for op in self._ops if isinstance(op, GemvLaunch)]
+
+    def grids(self) -> list:
+        """The grid size (blocks) of each launch, in order."""
+        return [op.grid[0] for op in self._ops]

@@ -17,7 +17,7 @@ from numba import config, cuda
 from .model import check_chain
 from .persistent_kernel import PHASE_FIELDS, WARPS, chain_kernel, reset_kernel
 from .step import ChainStep
-from .streams import KernelLaunch
+from .launches import KernelLaunch
 
 __all__ = ["PersistentChain"]
 

@@ -1,9 +1,9 @@
 """How a decode step's operations reach a CUDA stream: on a GPU, or on the simulated driver.
 
-An operation is a callable ``op(stream)``. :class:`KernelLaunch` makes one of a Numba kernel with
-fixed geometry and arguments; :class:`DeviceStreams` issues operations on a real stream (so a
-capturing stream records them); :class:`SimulatedStreams` enqueues them as kernels of a
-:class:`lifecycle.SimDriver` stream, so the simulated driver records and replays them.
+An operation is a callable ``op(stream)`` (:mod:`int4gemv.decode.launches`).
+:class:`DeviceStreams` issues operations on a real stream (so a capturing stream records them);
+:class:`SimulatedStreams` enqueues them as kernels of a :class:`lifecycle.SimDriver` stream, so
+the simulated driver records and replays them.
 """
 
 from __future__ import annotations
@@ -11,28 +11,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda
 
-__all__ = ["KernelLaunch", "DeviceStreams", "SimulatedStreams"]
-
-
-class KernelLaunch:
-    """A Numba kernel with fixed geometry and arguments, as a chain operation: ``op(stream)``
-    launches it on ``stream`` (``None``, a raw ``CUstream`` handle or a Numba stream)."""
-
-    def __init__(self, kernel, grid, block, *args):
-        self.kernel, self.grid, self.block, self.args, self._streams = kernel, grid, block, args, {}
-
-    def __call__(self, stream):
-        key = stream if stream is None or isinstance(stream, (int, np.integer)) else id(stream)
-        s = self._streams.get(key)
-        if s is None:
-            if stream is None or (isinstance(stream, (int, np.integer)) and int(stream) == 0):
-                s = cuda.default_stream()
-            else:
-                s = cuda.external_stream(int(stream)) if isinstance(stream, (int, np.integer)) else stream
-            self._streams[key] = s
-        self.kernel[self.grid, self.block, s](*self.args)
+__all__ = ["DeviceStreams", "SimulatedStreams"]
 
 
 class DeviceStreams:
