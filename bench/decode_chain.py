@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -40,30 +41,49 @@ LAYOUTS = ("merged", "separate")
 #: Bytes of the buffer torch copies to measure the copy bandwidth (≫ the 60 MB L2).
 COPY_BYTES = 1 << 30
 
-__all__ = ["parse_config", "replay_times_us", "torch_copy_bandwidth", "measure_config", "run", "parse_args",
+__all__ = ["parse_config", "kind_tunings", "replay_times_us", "torch_copy_bandwidth", "measure_config", "run", "parse_args",
            "main"]
 
 
 def parse_config(text: str) -> dict:
-    """``"merged:auto+pdl:bps=8:silu=plain"`` → the DecodeChain keywords and a label."""
-    from int4gemv.decode import TUNINGS
+    """``"merged:auto+pdl:bps=8:silu=plain:down=1x8s"`` → the DecodeChain keywords and a label
+    (``down=1x8s``: the down projections run the single-warp kernel at 1 column x unroll 8 with
+    streamed activations — ``r``: registers, neither: the kernel's choice — and the tuning's
+    ``pdl``/``prefetch``)."""
+    from int4gemv.decode.chain import GEMV_KINDS, TUNINGS
 
     layout, _, rest = text.partition(":")
     tuning, *extras = rest.split(":") if rest else [""]
     if layout not in LAYOUTS + ("persistent",) or (layout != "persistent" and tuning not in TUNINGS):
         raise ValueError(f"configuration {text!r}: expected layout:tuning with layout in {LAYOUTS} "
                          f"and tuning in {TUNINGS}")
-    cfg = dict(layout=layout, tuning=tuning, blocks_per_sm=None, silu_pdl=None, label=tuning)
+    cfg = dict(layout=layout, tuning=tuning, blocks_per_sm=None, silu_pdl=None, kind_tunings={}, label=tuning)
     for e in extras:
         key, _, value = e.partition("=")
+        shape = re.fullmatch(r"(\d+)x(\d+)([sr]?)", value)
         if key == "bps" and value.isdigit() and int(value) > 0:
             cfg["blocks_per_sm"] = int(value)
         elif key == "silu" and value in ("pdl", "plain"):
             cfg["silu_pdl"] = value == "pdl"
+        elif key in GEMV_KINDS and shape:
+            cfg["kind_tunings"][key] = dict(cols=int(shape[1]), unroll=int(shape[2]),
+                                            activations={"s": "streaming", "r": "registers"}.get(shape[3]))
         else:
-            raise ValueError(f"configuration {text!r}: unknown option {e!r} (bps=N, silu=pdl|plain)")
+            raise ValueError(f"configuration {text!r}: unknown option {e!r} (bps=N, silu=pdl|plain, "
+                             f"KIND=CxU[s|r] with KIND in {GEMV_KINDS})")
         cfg["label"] += f" {e}"
     return cfg
+
+
+def kind_tunings(cfg) -> dict:
+    """``{kind: int4gemv.Tuning}`` of a parsed configuration: single-warp at the given shape,
+    with the chain tuning's ``pdl`` and ``prefetch``."""
+    from int4gemv import Tuning
+    from int4gemv.decode import launch_options
+
+    flags = launch_options(cfg["tuning"])
+    return {k: Tuning("single_warp", pdl=flags["pdl"], prefetch=flags["prefetch"], **v)
+            for k, v in cfg["kind_tunings"].items()}
 
 
 def replay_times_us(provider, graph_id: int, replays: int, warmup: int = 20) -> np.ndarray:
@@ -152,7 +172,8 @@ def _timeline(chain, layers, lm_head, provider, graph_id, x, copy_bw, args) -> d
     from int4gemv.decode import DecodeChain
 
     stamped = DecodeChain(layers, lm_head, merged=chain.merged, tuning=chain.tuning,
-                          blocks_per_sm=chain.blocks_per_sm, silu_pdl=chain.silu_pdl, timeline=True)
+                          blocks_per_sm=chain.blocks_per_sm, silu_pdl=chain.silu_pdl,
+                          kind_tunings=chain.kind_tunings, timeline=True)
     t = measure_timeline(stamped, provider, graph_id, x, copy_bw)
     g = stamped.capture(provider, graph_id, x)
     try:
@@ -172,7 +193,8 @@ def measure_config(cfg, layers, lm_head, provider, x, ref, copy_bw, args, graph_
         chain = PersistentChain(layers, lm_head)
     else:
         chain = DecodeChain(layers, lm_head, merged=cfg["layout"] == "merged", tuning=cfg["tuning"],
-                            blocks_per_sm=cfg["blocks_per_sm"], silu_pdl=cfg["silu_pdl"])
+                            blocks_per_sm=cfg["blocks_per_sm"], silu_pdl=cfg["silu_pdl"],
+                            kind_tunings=kind_tunings(cfg))
     eager = chain.run(x)
     t0 = time.perf_counter()
     for _ in range(5):

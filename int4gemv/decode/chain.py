@@ -26,22 +26,22 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-import numpy as np
-from numba import cuda
-
 from ..device import device_facts
+from ..tuning import Tuning
 from .launches import GemvLaunch, KernelLaunch
 from .model import check_chain
 from .silu_mul import check_silu_mul, silu_mul_geometry, silu_mul_kernel
 from .stamps import stamp_buffer
 from .step import ChainStep
 
-__all__ = ["DecodeChain", "TUNINGS", "launch_options"]
+__all__ = ["DecodeChain", "TUNINGS", "GEMV_KINDS", "launch_options"]
 
 #: Chain tunings: a GEMV variant, optionally as programmatic dependent launches (``+pdl``), and
 #: with each single-warp kernel's weights prefetched into L2 before its wait (``+l2``).
 TUNINGS = ("default", "single_warp", "auto", "default+pdl", "single_warp+pdl", "auto+pdl",
            "single_warp+pdl+l2", "auto+pdl+l2")
+#: The GEMV launches of a step, by kind (merged and separate layouts).
+GEMV_KINDS = ("qkv", "q", "k", "v", "o", "gate_up", "gate", "up", "down", "lm_head")
 #: The projections whose bytes a step reads, per layer.
 PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
 
@@ -61,6 +61,19 @@ def _optional_positive(name, value):
         raise ValueError(f"{name} must be None or a positive int; got {value!r}")
 
 
+def _check_kind_tunings(kind_tunings) -> dict:
+    if kind_tunings is None:
+        return {}
+    if not isinstance(kind_tunings, dict):
+        raise TypeError(f"kind_tunings must be None or a dict; got {type(kind_tunings).__name__}")
+    for kind, tuning in kind_tunings.items():
+        if kind not in GEMV_KINDS:
+            raise ValueError(f"kind_tunings has an unknown kind {kind!r}; kinds: {GEMV_KINDS}")
+        if not isinstance(tuning, Tuning):
+            raise TypeError(f"kind_tunings[{kind!r}] must be an int4gemv.Tuning; got {type(tuning).__name__}")
+    return dict(kind_tunings)
+
+
 class DecodeChain(ChainStep):
     """The chain over ``layers`` (a sequence of :class:`~int4gemv.decode.model.LayerWeights`) and
     ``lm_head``, with its device buffers and bound launches. Weights move to the device here.
@@ -78,6 +91,9 @@ class DecodeChain(ChainStep):
     silu_pdl : bool, optional
         Launch silu·mul as a programmatic dependent launch (``None``: as the tuning's GEMVs; the
         chain before issue 21 had ``False``).
+    kind_tunings : dict, optional
+        ``{kind: int4gemv.Tuning}`` for GEMV kinds (names in :data:`GEMV_KINDS`) that run another
+        tuning than ``tuning``, e.g. ``{"down": Tuning("single_warp", cols=1, unroll=8, pdl=True)}``.
 
     Attributes
     ----------
@@ -92,13 +108,14 @@ class DecodeChain(ChainStep):
     """
 
     def __init__(self, layers, lm_head, *, merged: bool = True, tuning: str = "auto",
-                 blocks_per_sm=None, timeline: bool = False, silu_pdl=None):
+                 blocks_per_sm=None, timeline: bool = False, silu_pdl=None, kind_tunings=None):
         for name, v in (("merged", merged), ("timeline", timeline)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
         if silu_pdl is not None and not isinstance(silu_pdl, bool):
             raise TypeError(f"silu_pdl must be None or a bool; got {type(silu_pdl).__name__}")
         _optional_positive("blocks_per_sm", blocks_per_sm)
+        self.kind_tunings = _check_kind_tunings(kind_tunings)
         layers, (self.hidden, self.q_dim, self.kv_dim, self.intermediate) = check_chain(layers, lm_head)
         self.options = launch_options(tuning)
         self.layers, self.lm_head, self.merged, self.tuning = layers, lm_head, merged, tuning
@@ -128,8 +145,10 @@ class DecodeChain(ChainStep):
         q = self.qkv[:Q]
 
         def gemv(name, layer, a, w, out, bias=None):
+            tuning = self.kind_tunings.get(name)
+            options = None if tuning is not None else self.options
             return (name, layer, w.nbytes, lambda stamps, slot: GemvLaunch(
-                a, w, out, bias, options=self.options, max_blocks=max_blocks, stamps=stamps, slot=slot))
+                a, w, out, bias, options=options, tuning=tuning, max_blocks=max_blocks, stamps=stamps, slot=slot))
 
         grid, block = silu_mul_geometry(I)
         kernel = silu_mul_kernel(self.silu_pdl)
@@ -164,7 +183,9 @@ class DecodeChain(ChainStep):
         """A new, unstamped launch of this chain's lm_head GEMV (same tuning, grid cap and
         buffers): the chain's last kernel on its own, to time standalone."""
         max_blocks = None if self.blocks_per_sm is None else self.blocks_per_sm * device_facts()[1]
-        return GemvLaunch(self.x, self.lm_head, self.logits, options=self.options, max_blocks=max_blocks)
+        tuning = self.kind_tunings.get("lm_head")
+        return GemvLaunch(self.x, self.lm_head, self.logits, options=None if tuning else self.options,
+                          tuning=tuning, max_blocks=max_blocks)
 
     def plans(self) -> list:
         """The :class:`~int4gemv.Plan` of each GEMV launch, in order (what each one runs)."""

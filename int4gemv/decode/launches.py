@@ -51,8 +51,10 @@ class GemvLaunch:
     ----------
     a, w, out, bias
         As in :func:`int4gemv.prepare` (device arrays; ``out`` required).
-    options : dict
+    options : dict, optional
         The :func:`int4gemv.prepare` keywords ``variant``, ``pdl``, ``prefetch``.
+    tuning : int4gemv.Tuning, optional
+        A full tuning instead of ``options`` (exactly one of the two is given).
     max_blocks : int, optional
         Cap on the grid (``None``: the planned grid).
     stamps, slot
@@ -61,11 +63,14 @@ class GemvLaunch:
     Attributes: ``plan`` (the :class:`~int4gemv.Plan`), ``grid`` (the launched grid), ``out``.
     """
 
-    def __init__(self, a, w, out, bias=None, *, options: dict, max_blocks=None, stamps=None, slot=0):
+    def __init__(self, a, w, out, bias=None, *, options=None, tuning=None, max_blocks=None, stamps=None,
+                 slot=0):
         if max_blocks is not None and (isinstance(max_blocks, bool) or not isinstance(max_blocks, (int, np.integer))
                                        or max_blocks < 1):
             raise ValueError(f"max_blocks must be None or a positive int; got {max_blocks!r}")
-        resolved = resolve_tuning(None, **options)
+        if (options is None) == (tuning is None):
+            raise TypeError("GemvLaunch takes exactly one of options= and tuning=")
+        resolved = resolve_tuning(tuning) if options is None else resolve_tuning(None, **options)
         call = validate(a, w, bias, out)
         check_options(resolved, call)
         if not call.on_device:
