@@ -121,6 +121,10 @@ def test_bad_chain_input_is_refused(tiny_chain):
         DecodeChain(layers, lm_head, timeline=1)
     with pytest.raises(TypeError, match="silu_pdl must be None or a bool"):
         DecodeChain(layers, lm_head, silu_pdl="yes")
+    with pytest.raises(ValueError, match="kind_tunings has an unknown kind 'mlp'"):
+        DecodeChain(layers, lm_head, kind_tunings={"mlp": ig.Tuning("single_warp")})
+    with pytest.raises(TypeError, match=r"kind_tunings\['down'\] must be an int4gemv.Tuning"):
+        DecodeChain(layers, lm_head, kind_tunings={"down": "single_warp"})
     with pytest.raises(ValueError, match="lm_head has K=48"):
         DecodeChain(layers, random_chain(ChainShape(1, 48, 64, 32, 16, 8), seed=0)[1])
     other = random_chain(ChainShape(1, 32, 96, 32, 16, 48), seed=0)[0]
@@ -180,9 +184,14 @@ def test_silu_mul_kernel_is_float64_silu_times_u(rng, pdl):
 def test_eager_chain_matches_float64(rng, tiny_chain, wide_columns, merged, launches):
     """Separate: the plain chain. Merged: every launch programmatic (silu·mul too), each grid
     capped at one block (one simulated SM: a single warp walks every column group), stamped."""
-    options = dict(tuning="single_warp+pdl", blocks_per_sm=1, timeline=True) if merged else {}
+    down = ig.Tuning("single_warp", cols=16, unroll=1, activations="streaming", pdl=True)
+    options = dict(tuning="single_warp+pdl", blocks_per_sm=1, timeline=True,
+                   kind_tunings={"down": down}) if merged else {}
     chain = DecodeChain(*tiny_chain, merged=merged, **options)
     assert chain.launches == launches and all(p.kernel == "single_warp" for p in chain.plans())
+    if merged:  # the down projections run their own tuning (K = 64 would keep registers)
+        assert [p.config.activations for p in chain.plans()] == ["registers"] * 3 + ["streaming"] + \
+            ["registers"] * 3 + ["streaming", "registers"]
     x = rng.standard_normal(TINY.hidden).astype(np.float16)
     _poison(chain)
     logits = chain.run(x)

@@ -80,3 +80,17 @@ def test_kernel_spans_refuse_a_launch_that_did_not_run():
         kernel_spans(s, [("qkv", 0, 1), ("o", 0, 1)], 1e12)
     with pytest.raises(ValueError, match="stamps must have shape"):
         kernel_spans(s, [("qkv", 0, 1)], 1e12)
+
+
+def test_bench_configurations_parse_to_chain_keywords():
+    from bench.decode_chain import kind_tunings, parse_config
+
+    cfg = parse_config("merged:single_warp+pdl:qkv=4x4s:down=1x8:bps=8:silu=plain")
+    assert (cfg["layout"], cfg["tuning"], cfg["blocks_per_sm"], cfg["silu_pdl"]) == \
+        ("merged", "single_warp+pdl", 8, False)
+    tunings = kind_tunings(cfg)
+    assert tunings["qkv"].activations == "streaming" and tunings["qkv"].pdl
+    assert (tunings["down"].cols, tunings["down"].unroll, tunings["down"].activations) == (1, 8, None)
+    for bad in ("merged:fast", "diagonal:auto", "merged:auto:bps=0", "merged:auto:mlp=4x4"):
+        with pytest.raises(ValueError, match="configuration"):
+            parse_config(bad)
