@@ -1,4 +1,8 @@
-"""What ``bench.decode_chain`` prints and writes: the per-configuration table, the JSON, the PNG."""
+"""What ``bench.decode_chain`` prints and writes: the per-configuration table, the JSON, the PNG;
+and the README's markdown tables, generated from results files:
+
+    python -m bench.decode_report bench/results/decode-chain-*.json   # one markdown row per configuration
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from pathlib import Path
 
 from .decode_timeline import plot, print_timeline
 
-__all__ = ["print_table", "write_report"]
+__all__ = ["print_table", "write_report", "markdown_rows", "main"]
 
 
 def print_table(report: dict, out=sys.stdout) -> None:
@@ -48,3 +52,37 @@ def write_report(report: dict, args) -> Path:
     print_table(report)
     print(f"\nwritten: {path}")
     return path
+
+
+def markdown_rows(report: dict, source: str) -> list:
+    """One markdown table row per configuration of ``report`` (see :func:`main` for the header)."""
+    rows = []
+    for r in report["configs"]:
+        if "error" in r:
+            continue
+        lm = r.get("lm_head", {})
+        lm_text = f"{lm['in_chain_us']:.1f} / {lm['standalone_us']:.1f}" if "in_chain_us" in lm else "—"
+        race = f"{r['race']['mismatched']} / {r['race']['runs']}" if "race" in r else "—"
+        rows.append(f"| {r['layout']} | `{r['label']}` | {r['launches']} | {r['us_per_step']:.1f} | "
+                    f"{r['x_floor']:.2f} | {r['jitter']:.3f} | {r['rel_err']:.1e} | {lm_text} | {race} | {source} |")
+    return rows
+
+
+HEADER = ("| layout | configuration | launches | µs/step | × floor | jitter p90/p10 | rel err | "
+          "lm_head in chain / alone (µs) | race mismatches | file |\n"
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+
+
+def main(argv=None) -> int:
+    files = [Path(f) for f in (sys.argv[1:] if argv is None else argv)]
+    print(HEADER)
+    for f in files:
+        report = json.loads(f.read_text())
+        stamp = f.stem.rsplit("-", 1)[-1]
+        for row in markdown_rows(report, f"…{stamp} ({report['floor_us']:.1f} µs floor)"):
+            print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

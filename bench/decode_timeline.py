@@ -91,34 +91,52 @@ def print_timeline(row: dict, out=sys.stdout) -> None:
         print(f"layer (median of {len(layers)}): {us:.2f} µs against a {fl:.2f} µs floor ({us / fl:.2f}×)", file=out)
 
 
-def plot(report: dict, path, configs=None) -> None:
-    """Draw each configuration's timeline (one panel each): a bar per kernel from its first block's
-    entry to its last block's exit, coloured by kind, and the byte floor as a staircase (where
-    each kernel would end if the step streamed its bytes at the copy bandwidth)."""
+def plot(report: dict, path, configs=None, zoom_layers=(1, 2)) -> None:
+    """Draw each configuration's timeline (one row each): left the whole step, right layers
+    ``zoom_layers`` (first to last, inclusive). A bar per kernel from its first block's entry to its
+    last block's exit (light: before the previous kernel's end, i.e. resident and waiting; dark:
+    what it adds), coloured by kind; the black staircase is the byte floor (where each kernel
+    would end if the step streamed its bytes at the copy bandwidth)."""
     from matplotlib.figure import Figure
 
     rows = [r for r in report["configs"] if r.get("timeline") and (configs is None or r["label"] in configs)]
     if not rows:
         raise ValueError("no configuration in the report has a timeline")
-    fig = Figure(figsize=(12, 2.6 * len(rows) + 0.6), layout="constrained")
-    axes = fig.subplots(len(rows), 1, squeeze=False)[:, 0]
-    for ax, r in zip(axes, rows):
+    fig = Figure(figsize=(13, 2.8 * len(rows) + 0.6), layout="constrained")
+    axes = fig.subplots(len(rows), 2, squeeze=False, width_ratios=(3, 2))
+    for (full, zoom), r in zip(axes, rows):
         spans = r["timeline"]["spans"]
-        floor = np.cumsum([s["floor"] for s in spans])
-        for i, s in enumerate(spans):
-            ax.barh(i, s["end"] - s["start"], left=s["start"], height=0.9, color=COLOURS.get(s["name"], "grey"),
-                    linewidth=0)
-        ax.step(floor, np.arange(len(spans)), where="post", color="black", linewidth=1,
-                label=f"byte floor ({report['floor_us']:.0f} µs at {report['copy_gbs']:.0f} GB/s)")
-        ax.set_title(f"{r['layout']} {r['label']}: {r['timeline']['us_per_step']:.0f} µs stamped, "
-                     f"{r['us_per_step']:.0f} µs ({r['x_floor']:.2f}× floor) unstamped, {r['launches']} launches",
-                     fontsize=9)
-        ax.set_ylabel("launch")
-        ax.invert_yaxis()
-        ax.legend(handles=[ax.get_lines()[0]] + [_patch(k) for k in dict.fromkeys(s["name"] for s in spans)],
-                  fontsize=7, loc="upper right", ncol=4)
-    axes[-1].set_xlabel("µs from the step's first block")
+        floor_end = np.cumsum([s["floor"] for s in spans])
+        first = next(i for i, s in enumerate(spans) if s["layer"] == zoom_layers[0])
+        last = max(i for i, s in enumerate(spans) if s["layer"] == zoom_layers[1])
+        for ax, lo, hi in ((full, 0, len(spans)), (zoom, first, last + 1)):
+            prev_end = spans[lo - 1]["end"] if lo else spans[0]["start"]
+            for i in range(lo, hi):
+                s = spans[i]
+                colour = COLOURS.get(s["name"], "grey")
+                split = min(max(prev_end, s["start"]), s["end"])
+                ax.barh(i, split - s["start"], left=s["start"], height=0.85, color=colour, alpha=0.3, linewidth=0)
+                ax.barh(i, s["end"] - split, left=split, height=0.85, color=colour, linewidth=0)
+                prev_end = s["end"]
+            base = spans[lo]["start"] - (floor_end[lo - 1] if lo else 0.0)
+            ax.step(base + floor_end[lo:hi], np.arange(lo, hi), where="post", color="black", linewidth=1)
+            ax.set_ylim(hi - 0.5, lo - 0.5)
+        full.set_title(f"{r['layout']} {r['label']}\n{r['us_per_step']:.0f} µs/step = {r['x_floor']:.2f}× the "
+                       f"{r['floor_us']:.0f} µs floor, {r['launches']} launches", fontsize=9)
+        zoom.set_title(f"layers {zoom_layers[0]}–{zoom_layers[1]} (stamped step {r['timeline']['us_per_step']:.0f} µs)",
+                       fontsize=9)
+        full.set_ylabel("launch")
+        kinds = list(dict.fromkeys(s["name"] for s in spans))
+        zoom.legend(handles=[_line()] + [_patch(k) for k in kinds], fontsize=7, loc="upper right", ncol=2)
+    axes[-1, 0].set_xlabel("µs from the step's first block")
+    axes[-1, 1].set_xlabel("µs")
     fig.savefig(path, dpi=110)
+
+
+def _line():
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color="black", linewidth=1, label="byte floor at copy bandwidth")
 
 
 def _patch(kind):
