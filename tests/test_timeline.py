@@ -94,3 +94,15 @@ def test_bench_configurations_parse_to_chain_keywords():
     for bad in ("merged:fast", "diagonal:auto", "merged:auto:bps=0", "merged:auto:mlp=4x4"):
         with pytest.raises(ValueError, match="configuration"):
             parse_config(bad)
+
+
+def test_kernel_launch_geometry_is_checked():
+    from int4gemv.decode.launches import KernelLaunch
+
+    out = cuda.to_device(np.zeros(4, np.uint64))
+    with pytest.raises(ValueError, match="grid must be a 1-D launch"):
+        KernelLaunch(_timed_fill, (1, 2), 4, out, np.uint64(0))
+    with pytest.raises(ValueError, match="block must be a positive int"):
+        KernelLaunch(_timed_fill, 1, 0, out, np.uint64(0))
+    KernelLaunch(_timed_fill, 1, 4, out, np.uint64(0))()
+    assert np.all(out.copy_to_host() > 0)

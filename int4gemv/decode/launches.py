@@ -29,7 +29,11 @@ __all__ = ["GemvLaunch", "KernelLaunch", "bound_kernel"]
 
 
 def _dims(name, value):
+    """``value`` (an int or up to 3 ints) as a 3-tuple of positive ints (ValueError naming it)."""
     value = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(value) <= 3 or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1
+                                       for v in value):
+        raise ValueError(f"{name} must be a positive int or 1-3 positive ints; got {value!r}")
     return tuple(int(v) for v in value) + (1,) * (3 - len(value))
 
 
@@ -37,7 +41,7 @@ def bound_kernel(kernel, args, grid, block, *, programmatic=False, stamps=None, 
     """``launcher.bind`` of ``kernel`` (or its stamped form when ``stamps`` is given, the stamp
     buffer and ``slot`` appended to ``args``) on a 1-D ``grid`` (an int or a tuple)."""
     grid, block = _dims("grid", grid), _dims("block", block)
-    if len(grid) != 3 or grid[1:] != (1, 1):
+    if grid[1:] != (1, 1):
         raise ValueError(f"grid must be a 1-D launch (x, 1, 1); got {grid}")
     if stamps is not None:
         kernel, args = stamped(kernel), tuple(args) + (stamps, int(slot))
