@@ -106,3 +106,17 @@ def test_kernel_launch_geometry_is_checked():
         KernelLaunch(_timed_fill, 1, 0, out, np.uint64(0))
     KernelLaunch(_timed_fill, 1, 4, out, np.uint64(0))()
     assert np.all(out.copy_to_host() > 0)
+
+
+def test_grid_cap_only_for_persistent_kernels(rng, monkeypatch):
+    import int4gemv as ig
+    from int4gemv.decode import launches
+
+    w = ig.quantize(rng.standard_normal((8, 32)).astype(np.float32), 32)
+    a, out = cuda.to_device(np.ones(32, np.float16)), cuda.to_device(np.zeros(8, np.float16))
+    assert launches.GemvLaunch(a, w, out, options={"variant": "single_warp"}, max_blocks=1).grid[0] == 1
+    monkeypatch.setattr(launches, "PERSISTENT_KERNELS", ("default",))
+    with pytest.raises(ValueError, match="max_blocks needs a persistent kernel"):
+        launches.GemvLaunch(a, w, out, options={"variant": "single_warp"}, max_blocks=1)
+    with pytest.raises(TypeError, match="exactly one of options= and tuning="):
+        launches.GemvLaunch(a, w, out)

@@ -25,7 +25,11 @@ from ..registry import descriptor
 from ..tuning import resolve_tuning
 from .stamps import stamped
 
-__all__ = ["GemvLaunch", "KernelLaunch", "bound_kernel"]
+__all__ = ["GemvLaunch", "KernelLaunch", "bound_kernel", "PERSISTENT_KERNELS"]
+
+#: Kernels whose warps walk column groups ``w, w + warps in the grid, ...`` (any grid computes
+#: every column), so ``max_blocks`` may shrink their grid. Another kernel refuses ``max_blocks``.
+PERSISTENT_KERNELS = ("default", "single_warp")
 
 
 def _dims(name, value):
@@ -37,15 +41,16 @@ def _dims(name, value):
     return tuple(int(v) for v in value) + (1,) * (3 - len(value))
 
 
-def bound_kernel(kernel, args, grid, block, *, programmatic=False, stamps=None, slot=0):
+def bound_kernel(kernel, args, grid, block, *, shared=0, programmatic=False, stamps=None, slot=0):
     """``launcher.bind`` of ``kernel`` (or its stamped form when ``stamps`` is given, the stamp
-    buffer and ``slot`` appended to ``args``) on a 1-D ``grid`` (an int or a tuple)."""
+    buffer and ``slot`` appended to ``args``) on a 1-D ``grid`` (an int or a tuple), with
+    ``shared`` bytes of dynamic shared memory."""
     grid, block = _dims("grid", grid), _dims("block", block)
     if grid[1:] != (1, 1):
         raise ValueError(f"grid must be a 1-D launch (x, 1, 1); got {grid}")
     if stamps is not None:
         kernel, args = stamped(kernel), tuple(args) + (stamps, int(slot))
-    return bind(kernel, tuple(args), grid, block, 0, programmatic)
+    return bind(kernel, tuple(args), grid, block, int(shared), programmatic)
 
 
 class GemvLaunch:
@@ -80,6 +85,9 @@ class GemvLaunch:
         if not call.on_device:
             raise TypeError(f"a must be a CUDA array; got {type(a).__name__}")
         self.plan = plan(call, resolved)
+        if max_blocks is not None and self.plan.kernel not in PERSISTENT_KERNELS:
+            raise ValueError(f"max_blocks needs a persistent kernel {PERSISTENT_KERNELS}; the plan "
+                             f"runs {self.plan.kernel!r}, whose grid must stay as planned")
         emit_warnings(self.plan.warnings)
         ops = Operands(device_view(call.a), device_view(call.out),
                        None if call.bias is None else device_view(call.bias), w.device_arrays())
@@ -87,10 +95,8 @@ class GemvLaunch:
         grid = tuple(launch.grid)
         if max_blocks is not None:
             grid = (min(grid[0], int(max_blocks)),) + grid[1:]
-        if launch.shared:
-            raise ValueError("GemvLaunch binds kernels without dynamic shared memory")
         self.grid, self.out, self._keep = grid, out, (a, w, bias, ops)
-        self.bound = bound_kernel(launch.kernel, launch.args, grid, launch.block,
+        self.bound = bound_kernel(launch.kernel, launch.args, grid, launch.block, shared=launch.shared,
                                   programmatic=launch.programmatic, stamps=stamps, slot=slot)
 
     def __call__(self, stream=None):
