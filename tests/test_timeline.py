@@ -120,3 +120,25 @@ def test_grid_cap_only_for_persistent_kernels(rng, monkeypatch):
         launches.GemvLaunch(a, w, out, options={"variant": "single_warp"}, max_blocks=1)
     with pytest.raises(TypeError, match="exactly one of options= and tuning="):
         launches.GemvLaunch(a, w, out)
+
+
+def test_results_render_as_table_rows_and_a_timeline_figure(tmp_path):
+    """The README's table rows and figure come from a results file (here the committed run)."""
+    import json
+    from pathlib import Path
+
+    from bench.decode_report import HEADER, markdown_rows
+    from bench.decode_timeline import kind_summary, plot
+
+    pytest.importorskip("matplotlib", reason="the figure needs matplotlib")
+    path = Path(__file__).resolve().parents[1] / "bench" / "results" / "decode-chain-nvidia-h200-20261203T171020.json"
+    report = json.loads(path.read_text())
+    rows = markdown_rows(report, "here")
+    assert len(rows) == len(report["configs"]) and all(r.count("|") == HEADER.splitlines()[0].count("|") for r in rows)
+    kinds = kind_summary(report["configs"][0]["timeline"]["spans"])
+    assert [k["kind"] for k in kinds] == ["qkv", "o", "gate_up", "silu_mul", "down", "lm_head"]
+    # medians over replays, field by field: their adds sum to the step's end within 1 %
+    assert sum(k["adds_total"] for k in kinds) == pytest.approx(report["configs"][0]["timeline"]["spans"][-1]["end"],
+                                                                rel=0.01)
+    plot(report, tmp_path / "t.png")
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
