@@ -125,6 +125,8 @@ def test_bad_chain_input_is_refused(tiny_chain):
         DecodeChain(layers, lm_head, kind_tunings={"mlp": ig.Tuning("single_warp")})
     with pytest.raises(TypeError, match=r"kind_tunings\['down'\] must be an int4gemv.Tuning"):
         DecodeChain(layers, lm_head, kind_tunings={"down": "single_warp"})
+    with pytest.raises(ValueError, match=r"kind_tunings names \['qkv'\], which the separate layout"):
+        DecodeChain(layers, lm_head, merged=False, kind_tunings={"qkv": ig.Tuning("single_warp")})
     with pytest.raises(ValueError, match="lm_head has K=48"):
         DecodeChain(layers, random_chain(ChainShape(1, 48, 64, 32, 16, 8), seed=0)[1])
     other = random_chain(ChainShape(1, 32, 96, 32, 16, 48), seed=0)[0]

@@ -40,7 +40,10 @@ __all__ = ["DecodeChain", "TUNINGS", "GEMV_KINDS", "launch_options"]
 #: with each single-warp kernel's weights prefetched into L2 before its wait (``+l2``).
 TUNINGS = ("default", "single_warp", "auto", "default+pdl", "single_warp+pdl", "auto+pdl",
            "single_warp+pdl+l2", "auto+pdl+l2")
-#: The GEMV launches of a step, by kind (merged and separate layouts).
+#: The GEMV kinds each layout launches, in step order.
+LAYOUT_KINDS = {"merged": ("qkv", "o", "gate_up", "down", "lm_head"),
+                "separate": ("q", "k", "v", "o", "gate", "up", "down", "lm_head")}
+#: Every GEMV kind of a step (either layout).
 GEMV_KINDS = ("qkv", "q", "k", "v", "o", "gate_up", "gate", "up", "down", "lm_head")
 #: The projections whose bytes a step reads, per layer.
 PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -116,6 +119,10 @@ class DecodeChain(ChainStep):
             raise TypeError(f"silu_pdl must be None or a bool; got {type(silu_pdl).__name__}")
         _optional_positive("blocks_per_sm", blocks_per_sm)
         self.kind_tunings = _check_kind_tunings(kind_tunings)
+        unused = set(self.kind_tunings) - set(LAYOUT_KINDS["merged" if merged else "separate"])
+        if unused:
+            raise ValueError(f"kind_tunings names {sorted(unused)}, which the "
+                             f"{'merged' if merged else 'separate'} layout does not run")
         layers, (self.hidden, self.q_dim, self.kv_dim, self.intermediate) = check_chain(layers, lm_head)
         self.options = launch_options(tuning)
         self.layers, self.lm_head, self.merged, self.tuning = layers, lm_head, merged, tuning
@@ -140,7 +147,7 @@ class DecodeChain(ChainStep):
 
     def _specs(self) -> list:
         """``(name, layer, weight_bytes, make)`` per launch; ``make(stamps, slot)`` binds it."""
-        H, Q, KV, I = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        Q, KV, I = self.q_dim, self.kv_dim, self.intermediate
         max_blocks = None if self.blocks_per_sm is None else self.blocks_per_sm * device_facts()[1]
         q = self.qkv[:Q]
 
