@@ -1,4 +1,4 @@
-"""The decode chain (``int4gemv.chain``) on the simulator, and its float64 model on the host.
+"""The decode chain (``int4gemv.decode``) on the simulator, and its float64 model on the host.
 
 The chain runs at a tiny shape (2 layers, hidden 32, MLP 64, vocab 48): Numba's simulator costs
 about 0.1 s per output column of a GEMV, so the issue's hidden 64 / MLP 128 / vocab 96 would
@@ -13,10 +13,12 @@ import pytest
 from numba import cuda
 
 import int4gemv as ig
-from int4gemv.chain import TUNINGS, DecodeChain, SimulatedStreams, launch_options
-from int4gemv.chain_model import (ChainShape, LayerWeights, exact_gemv, random_chain,
+from int4gemv.decode.chain import TUNINGS, DecodeChain, launch_options
+from int4gemv.decode.streams import SimulatedStreams
+from int4gemv.decode.model import (ChainShape, LayerWeights, exact_gemv, random_chain,
                                   reference_logits, relative_error, tolerance)
-from int4gemv.kernels.elementwise import check_silu_mul, silu_mul_geometry, silu_mul_kernel
+from int4gemv.decode.silu_mul import check_silu_mul, silu_mul_geometry, silu_mul_kernel
+from int4gemv.decode.timeline import kernel_spans
 
 TINY = ChainShape(layers=2, hidden=32, intermediate=64, q_dim=32, kv_dim=16, vocab=48)
 
@@ -92,9 +94,11 @@ def test_layer_weights_check_their_shapes(rng, tiny_chain):
 
 
 def test_launch_options_is_the_one_kernel_choice():
-    assert launch_options("auto+pdl") == {"variant": "auto", "pdl": True}
-    assert launch_options("default") == {"variant": "default", "pdl": False}
-    assert set(TUNINGS) == {v + p for v in ("default", "single_warp", "auto") for p in ("", "+pdl")}
+    assert launch_options("auto+pdl") == {"variant": "auto", "pdl": True, "prefetch": False}
+    assert launch_options("default") == {"variant": "default", "pdl": False, "prefetch": False}
+    assert launch_options("single_warp+pdl+l2") == {"variant": "single_warp", "pdl": True, "prefetch": True}
+    assert set(TUNINGS) == {v + p for v in ("default", "single_warp", "auto") for p in ("", "+pdl")} | {
+        "single_warp+pdl+l2", "auto+pdl+l2"}
     with pytest.raises(ValueError, match="tuning must be one of"):
         launch_options("auto+l2")
 
@@ -111,6 +115,18 @@ def test_bad_chain_input_is_refused(tiny_chain):
         DecodeChain(layers, lm_head, merged=1)
     with pytest.raises(ValueError, match="tuning must be one of"):
         DecodeChain(layers, lm_head, tuning="fast")
+    with pytest.raises(ValueError, match="blocks_per_sm must be None or a positive int"):
+        DecodeChain(layers, lm_head, blocks_per_sm=0)
+    with pytest.raises(TypeError, match="timeline must be a bool"):
+        DecodeChain(layers, lm_head, timeline=1)
+    with pytest.raises(TypeError, match="silu_pdl must be None or a bool"):
+        DecodeChain(layers, lm_head, silu_pdl="yes")
+    with pytest.raises(ValueError, match="kind_tunings has an unknown kind 'mlp'"):
+        DecodeChain(layers, lm_head, kind_tunings={"mlp": ig.Tuning("single_warp")})
+    with pytest.raises(TypeError, match=r"kind_tunings\['down'\] must be an int4gemv.Tuning"):
+        DecodeChain(layers, lm_head, kind_tunings={"down": "single_warp"})
+    with pytest.raises(ValueError, match=r"kind_tunings names \['qkv'\], which the separate layout"):
+        DecodeChain(layers, lm_head, merged=False, kind_tunings={"qkv": ig.Tuning("single_warp")})
     with pytest.raises(ValueError, match="lm_head has K=48"):
         DecodeChain(layers, random_chain(ChainShape(1, 48, 64, 32, 16, 8), seed=0)[1])
     other = random_chain(ChainShape(1, 32, 96, 32, 16, 48), seed=0)[0]
@@ -150,13 +166,14 @@ def test_prepared_launches_of_one_kernel_keep_their_own_geometry(rng):
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # 60000 · u is inf in fp16
-def test_silu_mul_kernel_is_float64_silu_times_u(rng):
+@pytest.mark.parametrize("pdl", [False, True])
+def test_silu_mul_kernel_is_float64_silu_times_u(rng, pdl):
     n = 300  # two blocks, the second partly empty
     gu_h = (rng.standard_normal(2 * n) * 4).astype(np.float16)
     gu_h[:4] = [60000, -60000, -30, 0]  # exp(-|g|) never overflows
     gu, m = cuda.to_device(gu_h), cuda.to_device(np.full(n + 8, np.nan, np.float16))
     grid, block = silu_mul_geometry(n)
-    silu_mul_kernel[grid, block](gu, m[:n])
+    silu_mul_kernel(pdl)[grid, block](gu, m[:n])
     got, g, u = m.copy_to_host(), gu_h[:n].astype(np.float64), gu_h[n:].astype(np.float64)
     with np.errstate(over="ignore"):
         want = g / (1 + np.exp(-g)) * u
@@ -169,12 +186,27 @@ def test_silu_mul_kernel_is_float64_silu_times_u(rng):
 # test below, which runs it anyway: one simulated step costs ~20 s.
 @pytest.mark.parametrize("merged, launches", [(False, 17)])
 def test_eager_chain_matches_float64(rng, tiny_chain, wide_columns, merged, launches):
-    chain = DecodeChain(*tiny_chain, merged=merged, tuning="single_warp")
+    """Separate: the plain chain. Merged: every launch programmatic (silu·mul too), each grid
+    capped at one block (one simulated SM: a single warp walks every column group), stamped."""
+    down = ig.Tuning("single_warp", cols=16, unroll=1, activations="streaming", pdl=True)
+    options = dict(tuning="single_warp+pdl", blocks_per_sm=1, timeline=True,
+                   kind_tunings={"down": down}) if merged else {}
+    chain = DecodeChain(*tiny_chain, merged=merged, **options)
     assert chain.launches == launches and all(p.kernel == "single_warp" for p in chain.plans())
+    if merged:  # the down projections run their own tuning (K = 64 would keep registers)
+        assert [p.config.activations for p in chain.plans()] == ["registers"] * 3 + ["streaming"] + \
+            ["registers"] * 3 + ["streaming", "registers"]
     x = rng.standard_normal(TINY.hidden).astype(np.float16)
     _poison(chain)
     logits = chain.run(x)
     assert relative_error(logits, reference_logits(*tiny_chain, x)) < tolerance(TINY.layers)
+    if merged:
+        assert chain.silu_pdl and chain.grids() == [1] * launches
+        spans = kernel_spans(chain.stamps.copy_to_host(), chain.kernels, 4e12)
+        assert [r["name"] for r in spans[:5]] == ["qkv", "o", "gate_up", "silu_mul", "down"]
+        assert all(r["blocks"] == 1 and r["start"] <= r["end"] for r in spans)
+        assert all(r["overlap"] <= 0 for r in spans)  # the simulator runs launches one after another
+        assert sum(r["adds"] for r in spans) == pytest.approx(spans[-1]["end"])
 
 
 @pytest.fixture
@@ -220,7 +252,7 @@ def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_cha
 # -- the experimental persistent chain kernel ------------------------------------------------------
 
 def test_persistent_chain_matches_float64_with_phases_spread_over_blocks(rng, tiny_chain):
-    from int4gemv.persistent_chain import PersistentChain
+    from int4gemv.decode.persistent import PersistentChain
 
     chain = PersistentChain(*tiny_chain, max_items=3)  # every phase has >= 8 items: >= 3 blocks each
     items = chain.phases.copy_to_host()[:, -1]

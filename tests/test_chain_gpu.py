@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from int4gemv.chain import TUNINGS, DecodeChain
-from int4gemv.chain_model import ChainShape, random_chain, reference_logits, relative_error, tolerance
+import int4gemv as ig
+
+from int4gemv.decode.chain import TUNINGS, DecodeChain
+from int4gemv.decode.model import ChainShape, random_chain, reference_logits, relative_error, tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.xdist_group("full_chain")]  # one worker builds the 1 GB chain
 
@@ -64,12 +66,19 @@ def test_full_chain_eager_and_owned_graph_match_float64(full_chain, provider, rn
     assert _released(provider)
 
 
+#: One-group-per-warp projections with streamed activations (bench/NOTES.md, issue 21).
+STREAMED = {k: ig.Tuning("single_warp", cols=4, unroll=4, activations="streaming", pdl=True)
+            for k in ("qkv", "o", "gate_up", "q", "k", "v", "gate", "up")}
+
+
 @pytest.mark.xdist_group("full_chain_races")  # a second worker (its own chain) runs the race checks
-@pytest.mark.parametrize("merged, tuning", [(True, "auto+pdl"), (False, "auto+pdl"),
-                                            (True, "single_warp+pdl"), (False, "single_warp+pdl")])
-def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, merged, tuning):
+@pytest.mark.parametrize("merged, tuning, kinds", [(True, "auto+pdl", None), (False, "auto+pdl", None),
+                                                   (True, "single_warp+pdl", None),
+                                                   (False, "single_warp+pdl", None),
+                                                   (True, "single_warp+pdl", STREAMED)])
+def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, merged, tuning, kinds):
     shape, layers, lm_head, x, ref = full_chain
-    chain = DecodeChain(layers, lm_head, merged=merged, tuning=tuning)
+    chain = DecodeChain(layers, lm_head, merged=merged, tuning=tuning, kind_tunings=kinds)
     graph = chain.capture(provider, 2, x)
     mismatched = []
     for i in range(RACE_RUNS):
@@ -87,7 +96,7 @@ def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, m
 @pytest.mark.xdist_group("full_chain_persistent")
 def test_persistent_chain_experiment_is_correct_and_race_free(full_chain, provider, rng):
     """The experimental persistent kernel: float64, owned graph vs eager, 1000 fresh inputs."""
-    from int4gemv.persistent_chain import PersistentChain
+    from int4gemv.decode.persistent import PersistentChain
 
     shape, layers, lm_head, x, ref = full_chain
     chain = PersistentChain(layers, lm_head)

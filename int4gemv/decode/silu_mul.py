@@ -1,4 +1,4 @@
-"""Elementwise kernels of the decode chain: ``m = silu(g) · u`` on fp16 vectors.
+"""The decode chain's element-wise kernel: ``m = silu(g) · u`` on fp16 vectors.
 
 ``g`` and ``u`` are the two halves of one ``[2n]`` vector (the output of a merged gate/up GEMV,
 or of separate gate and up GEMVs writing its halves), so one kernel serves both layouts.
@@ -8,26 +8,41 @@ result is rounded once to fp16.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from numba import cuda, float32
+
+from ..kernels.intrinsics import allow_next_grid, wait_for_previous_grid
 
 __all__ = ["silu_mul_kernel", "silu_mul_geometry", "check_silu_mul", "THREADS"]
 
 THREADS = 256  # threads per block; one element per thread
 
 
-@cuda.jit
-def silu_mul_kernel(gu, m):
-    """``m[i] = silu(gu[i]) · gu[n + i]`` for ``i < n = m.shape[0]``; fp16 ``gu [2n]``, ``m [n]``."""
-    i = cuda.grid(1)
-    n = m.shape[0]
-    if i < n:
-        g = float32(gu[i])
-        e = math.exp(-abs(g))  # never overflows: sigmoid(g) from exp(-|g|) on both sides
-        sigmoid = float32(1.0) / (float32(1.0) + e) if g >= 0 else e / (float32(1.0) + e)
-        m[i] = g * sigmoid * float32(gu[n + i])
+@functools.lru_cache(maxsize=None)
+def silu_mul_kernel(pdl: bool = False):
+    """The kernel ``(gu, m)``: ``m[i] = silu(gu[i]) · gu[n + i]`` for ``i < n = m.shape[0]``;
+    fp16 ``gu [2n]``, ``m [n]``. ``pdl`` (sm_90+): compiled for a programmatic dependent launch:
+    it lets the next launch start at entry and waits for the previous grid before reading ``gu``
+    (it reads nothing else, so nothing can be issued before the wait)."""
+    PDL = bool(pdl)
+
+    @cuda.jit
+    def kernel(gu, m):
+        if PDL:
+            allow_next_grid()
+            wait_for_previous_grid()
+        i = cuda.grid(1)
+        n = m.shape[0]
+        if i < n:
+            g = float32(gu[i])
+            e = math.exp(-abs(g))  # never overflows: sigmoid(g) from exp(-|g|) on both sides
+            sigmoid = float32(1.0) / (float32(1.0) + e) if g >= 0 else e / (float32(1.0) + e)
+            m[i] = g * sigmoid * float32(gu[n + i])
+
+    return kernel
 
 
 def silu_mul_geometry(n: int):

@@ -1,10 +1,10 @@
 """Experimental: the decode chain as one persistent kernel launch (plus a counter reset).
 
-:class:`PersistentChain` runs the same chain as :class:`int4gemv.chain.DecodeChain` (merged
+:class:`PersistentChain` runs the same chain as :class:`int4gemv.decode.chain.DecodeChain` (merged
 projections; silu·mul fused into the down projection's activation load) with
-:func:`int4gemv.kernels.chain_kernel.chain_kernel`: its blocks claim the step's work items in
+:func:`int4gemv.decode.persistent_kernel.chain_kernel`: its blocks claim the step's work items in
 order and synchronize through per-phase completion counters. It shares the eager and captured run
-modes of :class:`int4gemv.chain.ChainStep`. Symmetric weights only (no zero points); the kernel
+modes of :class:`int4gemv.decode.step.ChainStep`. Symmetric weights only (no zero points); the kernel
 uses the float32 nibble path and reloads activations from L2 per column, so it is a correctness
 and scheduling experiment, not a tuned kernel.
 """
@@ -14,8 +14,10 @@ from __future__ import annotations
 import numpy as np
 from numba import config, cuda
 
-from .chain import ChainStep, KernelLaunch, check_chain
-from .kernels.chain_kernel import PHASE_FIELDS, WARPS, chain_kernel, reset_kernel
+from .model import check_chain
+from .persistent_kernel import PHASE_FIELDS, WARPS, chain_kernel, reset_kernel
+from .step import ChainStep
+from .launches import KernelLaunch
 
 __all__ = ["PersistentChain"]
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .weights import QuantizedWeight
+from ..weights import QuantizedWeight
 
-__all__ = ["ChainShape", "LayerWeights", "concat_weights", "random_chain", "exact_gemv",
+__all__ = ["ChainShape", "LayerWeights", "check_chain", "concat_weights", "random_chain", "exact_gemv",
            "reference_logits", "relative_error", "tolerance", "FP16_UNIT_ROUNDOFF"]
 
 #: fp16 unit roundoff 2**-11: a round-to-nearest fp16 store has relative error at most this.
@@ -99,6 +99,24 @@ class LayerWeights:
     @functools.cached_property
     def gate_up(self) -> QuantizedWeight:
         return concat_weights([self.gate, self.up])
+
+
+def check_chain(layers, lm_head):
+    """``(layers as a tuple, (hidden, q_dim, kv_dim, intermediate))`` after checking that
+    ``layers`` is a non-empty sequence of same-shaped :class:`~int4gemv.decode.LayerWeights`
+    and ``lm_head`` a weight over the hidden size (TypeError/ValueError naming the argument)."""
+    layers = tuple(layers)
+    if not layers or not all(isinstance(x, LayerWeights) for x in layers):
+        raise TypeError("layers must be a non-empty sequence of int4gemv.decode.LayerWeights")
+    if not isinstance(lm_head, QuantizedWeight):
+        raise TypeError(f"lm_head must be an int4gemv.QuantizedWeight; got {type(lm_head).__name__}")
+    dims = [(x.q.K, x.q.N, x.k.N, x.gate.N) for x in layers]
+    for i, d in enumerate(dims):
+        if d != dims[0]:
+            raise ValueError(f"layers[{i}] has (hidden, q, kv, mlp) widths {d}; layers[0] has {dims[0]}")
+    if lm_head.K != dims[0][0]:
+        raise ValueError(f"lm_head has K={lm_head.K}; expected the hidden size {dims[0][0]}")
+    return layers, dims[0]
 
 
 def concat_weights(parts) -> QuantizedWeight:

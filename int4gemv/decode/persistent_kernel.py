@@ -24,7 +24,7 @@ import math
 import numpy as np
 from numba import config, cuda, float32, int32, uint32
 
-from .intrinsics import warp_sum
+from ..kernels.intrinsics import warp_sum
 
 __all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS", "PRELOAD"]
 

@@ -1,0 +1,88 @@
+"""What ``bench.decode_chain`` prints and writes: the per-configuration table, the JSON, the PNG;
+and the README's markdown tables, generated from results files:
+
+    python -m bench.decode_report bench/results/decode-chain-*.json   # one markdown row per configuration
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from .decode_timeline import plot, print_timeline
+
+__all__ = ["print_table", "write_report", "markdown_rows", "main"]
+
+
+def print_table(report: dict, out=sys.stdout) -> None:
+    print(f"\n{report['workload']}: {report['layers']} layers, {report['weight_bytes'] / 1e9:.3f} GB/step, "
+          f"copy {report['copy_gbs']:.0f} GB/s ({report['copy_source']}), floor {report['floor_us']:.1f} µs, "
+          f"tolerance {report['tolerance']:.2e} (ideal fp16 chain {report['ideal_fp16_rel_err']:.2e})", file=out)
+    print(f"{'layout':9}{'configuration':30}{'launch':>7}{'µs/step':>9}{'×floor':>8}{'jitter':>8}"
+          f"{'rel err':>10}{'lm_head in/alone':>18}{'race':>10}  ok", file=out)
+    for r in report["configs"]:
+        if "error" in r:
+            print(f"{r['layout']:9}{r['label']:30}FAIL  {r['error'][:90]}", file=out)
+            continue
+        lm = r.get("lm_head", {})
+        lm_text = (f"{lm['in_chain_us']:.1f}/{lm['standalone_us']:.1f}" if "in_chain_us" in lm
+                   else f"-/{lm['standalone_us']:.1f}" if lm else "-")
+        race = f"{r['race']['mismatched']}/{r['race']['runs']}" if "race" in r else "-"
+        print(f"{r['layout']:9}{r['label']:30}{r['launches']:>7}{r['us_per_step']:>9.1f}{r['x_floor']:>8.2f}"
+              f"{r['jitter']:>8.3f}{r['rel_err']:>10.2e}{lm_text:>18}{race:>10}  {'ok' if r['correct'] else 'FAIL'}",
+              file=out)
+
+
+def write_report(report: dict, args) -> Path:
+    """Write the JSON (and the PNG with ``--png``) and print the tables; returns the JSON path."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    path = args.out / f"decode-chain-{report['device']['name'].replace(' ', '-').lower()}-{stamp}.json"
+    path.write_text(json.dumps(report, indent=1))
+    for row in report["configs"]:
+        if row.get("timeline"):
+            print_timeline(row)
+    if args.png:
+        try:
+            plot(report, args.png)
+        except ImportError as exc:
+            print(f"no PNG: {exc} (redraw with python -m bench.decode_timeline {path} --png ...)")
+    print_table(report)
+    print(f"\nwritten: {path}")
+    return path
+
+
+def markdown_rows(report: dict, source: str) -> list:
+    """One markdown table row per configuration of ``report`` (see :func:`main` for the header)."""
+    rows = []
+    for r in report["configs"]:
+        if "error" in r:
+            continue
+        lm = r.get("lm_head", {})
+        lm_text = f"{lm['in_chain_us']:.1f} / {lm['standalone_us']:.1f}" if "in_chain_us" in lm else "—"
+        race = f"{r['race']['mismatched']} / {r['race']['runs']}" if "race" in r else "—"
+        rows.append(f"| {r['layout']} | `{r['label']}` | {r['launches']} | {r['us_per_step']:.1f} | "
+                    f"{r['x_floor']:.2f} | {r['jitter']:.3f} | {r['rel_err']:.1e} | {lm_text} | {race} | {source} |")
+    return rows
+
+
+HEADER = ("| layout | configuration | launches | µs/step | × floor | jitter p90/p10 | rel err | "
+          "lm_head in chain / alone (µs) | race mismatches | file |\n"
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+
+
+def main(argv=None) -> int:
+    files = [Path(f) for f in (sys.argv[1:] if argv is None else argv)]
+    print(HEADER)
+    for f in files:
+        report = json.loads(f.read_text())
+        stamp = f.stem.rsplit("-", 1)[-1]
+        for row in markdown_rows(report, f"…{stamp} ({report['floor_us']:.1f} µs floor)"):
+            print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

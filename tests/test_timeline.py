@@ -1,0 +1,144 @@
+"""The decode chain's timeline: the ``%globaltimer`` stand-in, stamped kernels on the simulator,
+and the host arithmetic of per-kernel spans (``int4gemv.decode.stamps`` / ``timeline``). The
+stamped chain itself runs in ``tests/test_chain.py`` (merged eager case); its GPU form in
+``bench.decode_chain --timeline``, which checks its logits bit for bit against the unstamped chain."""
+
+import time
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from int4gemv.decode.stamps import stamp_buffer, stamped
+from int4gemv.decode.timeline import kernel_spans, layer_totals, stamp_granularity
+from int4gemv.kernels.global_timer import global_timer
+
+
+@cuda.jit
+def _timed_fill(out, value):
+    """out[i] = value + the clock at the element's store (a body whose time the test can see)."""
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = value + global_timer()
+
+
+def test_global_timer_stand_in_is_a_shared_nanosecond_clock():
+    before = time.monotonic_ns()
+    out = cuda.to_device(np.zeros(8, np.uint64))
+    _timed_fill[2, 4](out, np.uint64(0))
+    after = time.monotonic_ns()
+    got = out.copy_to_host()
+    assert got.dtype == np.uint64 and np.all((before <= got) & (got <= after))
+    assert np.all(np.diff(got.astype(np.int64)) >= 0)  # simulated blocks and threads run in order
+
+
+def test_stamped_kernel_runs_the_body_between_its_stamps():
+    out = cuda.to_device(np.zeros(12, np.uint64))
+    stamps = stamp_buffer(3, 2)  # room for 2 blocks of the 3 launched
+    stamped(_timed_fill)[3, 4](out, np.uint64(0), stamps, 1)
+    got, s = out.copy_to_host().astype(np.int64), stamps.copy_to_host().astype(np.int64)
+    assert np.all(s[0] == 0) and np.all(s[2] == 0)  # other slots untouched
+    for b in range(2):
+        entry, exit_ = s[1, b]
+        assert 0 < entry <= got[4 * b:4 * b + 4].min() and got[4 * b:4 * b + 4].max() <= exit_
+    assert np.all(got[8:] > 0)  # the third block ran; it has no stamp row, so it wrote none
+    assert stamped(_timed_fill) is stamped(_timed_fill)
+    with pytest.raises(TypeError, match="kernel must be a Numba CUDA kernel"):
+        stamped(print)
+    with pytest.raises(ValueError, match="max_blocks must be a positive int"):
+        stamp_buffer(2, 0)
+
+
+def _stamps(spans_ns):
+    """A stamp buffer from ``[(entry, exit) per block] per launch`` (ns)."""
+    width = max(len(x) for x in spans_ns)
+    s = np.zeros((len(spans_ns), width, 2), np.uint64)
+    for i, blocks in enumerate(spans_ns):
+        s[i, :len(blocks)] = blocks
+    return s
+
+
+def test_kernel_spans_measure_overlap_and_what_each_kernel_adds():
+    # launch 0: blocks 1000-3000 and 1500-4000; launch 1 enters at 3500 (0.5 µs before 0 ends)
+    # and ends at 6000; launch 2 enters at 6500 (0.5 µs gap) and ends at 7000.
+    s = _stamps([[(1000, 3000), (1500, 4000)], [(3500, 6000)], [(6500, 7000)]])
+    kernels = [("qkv", 0, 4_000_000), ("o", 0, 0), ("lm_head", -1, 2_000_000)]
+    a, b, c = kernel_spans(s, kernels, copy_bw=4e12)
+    assert (a["start"], a["last_entry"], a["first_exit"], a["end"]) == (0.0, 0.5, 2.0, 3.0)
+    assert a["adds"] == 3.0 and a["floor"] == 1.0 and a["x_floor"] == 3.0 and a["blocks"] == 2
+    assert b["overlap"] == pytest.approx(0.5) and b["adds"] == pytest.approx(2.0) and b["x_floor"] is None
+    assert c["overlap"] == pytest.approx(-0.5) and c["adds"] == pytest.approx(1.0)
+    totals = layer_totals([a, b, c])
+    assert [(t["layer"], t["launches"], t["us"]) for t in totals] == [(0, 2, 5.0), (-1, 1, 1.0)]
+    assert sum(t["us"] for t in totals) == c["end"]
+    assert stamp_granularity(s) == 500
+
+
+def test_kernel_spans_refuse_a_launch_that_did_not_run():
+    s = _stamps([[(1000, 2000)], [(0, 0)]])
+    with pytest.raises(ValueError, match=r"launch 1 \(o\) wrote no stamp"):
+        kernel_spans(s, [("qkv", 0, 1), ("o", 0, 1)], 1e12)
+    with pytest.raises(ValueError, match="stamps must have shape"):
+        kernel_spans(s, [("qkv", 0, 1)], 1e12)
+
+
+def test_bench_configurations_parse_to_chain_keywords():
+    from bench.decode_chain import kind_tunings, parse_config
+
+    cfg = parse_config("merged:single_warp+pdl:qkv=4x4s:down=1x8:bps=8:silu=plain")
+    assert (cfg["layout"], cfg["tuning"], cfg["blocks_per_sm"], cfg["silu_pdl"]) == \
+        ("merged", "single_warp+pdl", 8, False)
+    tunings = kind_tunings(cfg)
+    assert tunings["qkv"].activations == "streaming" and tunings["qkv"].pdl
+    assert (tunings["down"].cols, tunings["down"].unroll, tunings["down"].activations) == (1, 8, None)
+    for bad in ("merged:fast", "diagonal:auto", "merged:auto:bps=0", "merged:auto:mlp=4x4"):
+        with pytest.raises(ValueError, match="configuration"):
+            parse_config(bad)
+
+
+def test_kernel_launch_geometry_is_checked():
+    from int4gemv.decode.launches import KernelLaunch
+
+    out = cuda.to_device(np.zeros(4, np.uint64))
+    with pytest.raises(ValueError, match="grid must be a 1-D launch"):
+        KernelLaunch(_timed_fill, (1, 2), 4, out, np.uint64(0))
+    with pytest.raises(ValueError, match="block must be a positive int"):
+        KernelLaunch(_timed_fill, 1, 0, out, np.uint64(0))
+    KernelLaunch(_timed_fill, 1, 4, out, np.uint64(0))()
+    assert np.all(out.copy_to_host() > 0)
+
+
+def test_grid_cap_only_for_persistent_kernels(rng, monkeypatch):
+    import int4gemv as ig
+    from int4gemv.decode import launches
+
+    w = ig.quantize(rng.standard_normal((8, 32)).astype(np.float32), 32)
+    a, out = cuda.to_device(np.ones(32, np.float16)), cuda.to_device(np.zeros(8, np.float16))
+    assert launches.GemvLaunch(a, w, out, options={"variant": "single_warp"}, max_blocks=1).grid[0] == 1
+    monkeypatch.setattr(launches, "PERSISTENT_KERNELS", ("default",))
+    with pytest.raises(ValueError, match="max_blocks needs a persistent kernel"):
+        launches.GemvLaunch(a, w, out, options={"variant": "single_warp"}, max_blocks=1)
+    with pytest.raises(TypeError, match="exactly one of options= and tuning="):
+        launches.GemvLaunch(a, w, out)
+
+
+def test_results_render_as_table_rows_and_a_timeline_figure(tmp_path):
+    """The README's table rows and figure come from a results file (here the committed run)."""
+    import json
+    from pathlib import Path
+
+    from bench.decode_report import HEADER, markdown_rows
+    from bench.decode_timeline import kind_summary, plot
+
+    pytest.importorskip("matplotlib", reason="the figure needs matplotlib")
+    path = Path(__file__).resolve().parents[1] / "bench" / "results" / "decode-chain-nvidia-h200-20261203T171020.json"
+    report = json.loads(path.read_text())
+    rows = markdown_rows(report, "here")
+    assert len(rows) == len(report["configs"]) and all(r.count("|") == HEADER.splitlines()[0].count("|") for r in rows)
+    kinds = kind_summary(report["configs"][0]["timeline"]["spans"])
+    assert [k["kind"] for k in kinds] == ["qkv", "o", "gate_up", "silu_mul", "down", "lm_head"]
+    # medians over replays, field by field: their adds sum to the step's end within 1 %
+    assert sum(k["adds_total"] for k in kinds) == pytest.approx(report["configs"][0]["timeline"]["spans"][-1]["end"],
+                                                                rel=0.01)
+    plot(report, tmp_path / "t.png")
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
