@@ -23,7 +23,7 @@ from typing import Callable, ContextManager
 
 import numpy as np
 
-from . import sessions
+from . import eager_runs, sessions, waits
 from .capture import Capture
 from .context import ContextBinding
 from .disposal import finalize, teardown
@@ -180,7 +180,7 @@ class GraphProvider:
         if not isinstance(warmup, (bool, np.bool_)):
             raise TypeError(f"warmup must be a bool; got {type(warmup).__name__}")
         if self.graphs_enabled and warmup:
-            sessions.warm_up(self._reg, graph_id, step, stream)
+            eager_runs.warm_up(self._reg, graph_id, step, stream)
         with self._capture(graph_id, stream, None if self.graphs_enabled else step) as cap:
             step(cap)
 
@@ -194,14 +194,14 @@ class GraphProvider:
         with reg.in_turn(graph_id, "replay") as record, reg.ctx.current():
             reg.check_not_capturing(record.stream, f"replay graph {graph_id}")
             if record.eager:
-                sessions.run_eager(reg, record)
+                eager_runs.run_eager(reg, record)
             else:
                 reg.driver.graph_launch(record.graph_exec, record.stream)
 
     def synchronize(self, graph_id: int) -> None:
         """Wait until the work of graph ``graph_id`` issued so far has finished (outside the
         provider's lock); then raise any error a host function of the provider raised."""
-        self._wait(check_graph_id(graph_id), "synchronize", release=False)
+        waits.wait(self._reg, check_graph_id(graph_id), "synchronize", release=False)
 
     def release(self, graph_id: int) -> None:
         """Wait for graph ``graph_id``'s own work, then destroy it and free its staging buffers.
@@ -210,44 +210,7 @@ class GraphProvider:
         nothing is released. If a destroy or free fails, the id is still released, the step is kept
         for ``close()`` to retry, and the error is raised.
         """
-        self._wait(check_graph_id(graph_id), "release", release=True)
-
-    def _wait(self, graph_id, op, *, release):
-        reg = self._reg
-        sessions.refuse_on_capturing_thread(f"{op} graph {graph_id}")
-        with reg.in_turn(graph_id, op) as record:
-            with reg.ctx.current():
-                reg.check_not_capturing(record.stream, f"{op} graph {graph_id}")
-            steps = record.wait_steps(reg.driver)
-            record.releasing = release  # a release refuses new work on the id from here on
-            reg.hold(record)
-        counted = True
-        try:
-            with reg.ctx.current():
-                for step in steps:
-                    step()
-                with reg.lock:
-                    record.waiters -= 1
-                    counted = False
-                    reg.idle.notify_all()
-                    if release:
-                        reg.wait_for(lambda: record.waiters == 0)  # other waits on it end: work is done
-                        record.state = GraphState.RELEASED
-                        del reg.records[graph_id]
-                if release:
-                    errors = reg.disposal.drop(record, wait=False)
-                    if errors:
-                        raise attach_cleanup_errors(errors[0], errors[1:])
-        finally:
-            with reg.lock:
-                if counted:
-                    record.waiters -= 1
-                if release and record.state is GraphState.READY:
-                    record.releasing = False  # nothing released: the id works as before
-                reg.busy -= 1
-                reg.idle.notify_all()
-        with reg.lock:
-            reg.surface_host_errors()
+        waits.wait(self._reg, check_graph_id(graph_id), "release", release=True)
 
     # -- external buffers, introspection ----------------------------------------------------------
     def register_external(self, obj):

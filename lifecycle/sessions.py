@@ -19,8 +19,8 @@ from .record import GraphRecord, GraphState
 from .registry import Registry
 from .streams import check_capture_stream, claims
 
-__all__ = ["Session", "begin", "end", "abort", "discard_open", "discard_own", "warm_up",
-           "run_eager", "refuse_on_capturing_thread", "end_abandoned_capture", "exit_guard"]
+__all__ = ["Session", "begin", "end", "abort", "discard_open", "discard_own",
+           "refuse_on_capturing_thread", "end_abandoned_capture", "exit_guard"]
 
 _thread = threading.local()  # .open: the sessions that really capture, opened by this thread
 
@@ -248,64 +248,6 @@ def _finish(reg: Registry, session: Session, error: BaseException | None) -> Non
     reg.ctx.restore(session.prev_ctx, None)
     if errors:
         raise errors[0]
-
-
-def warm_up(reg: Registry, graph_id: int, step: Callable[[Capture], None], stream) -> None:
-    """Run ``step`` once eagerly on the capture stream (compiling and loading its kernels), wait for
-    it outside the lock, and free its staging buffers."""
-    with reg.lock:
-        reg.entry()
-        refuse_on_capturing_thread(f"warm up graph {graph_id}")
-        if reg.session is not None:
-            raise CaptureError(f"cannot warm up graph {graph_id}: graph {reg.session.record.graph_id} is "
-                               "being captured")
-        if graph_id in reg.records:
-            raise GraphStateError(f"cannot capture graph {graph_id}: it already exists")
-        handle = reg.resolve_stream(stream)
-        check_capture_stream(handle, graphs_enabled=True)
-        reg.hold()
-    try:
-        with reg.ctx.current(), claims.use(handle, f"warm up graph {graph_id}", reg.stream_wait_timeout):
-            reg.check_stream(handle, f"warm up graph {graph_id}")  # before the step touches it
-            scratch = GraphRecord(graph_id, handle, eager=True, owner=reg.token,  # never registered
-                                  wait_timeout=reg.stream_wait_timeout)
-            scratch.mark_issuing()
-            cap = Capture(reg.driver, scratch, reg.device, relaxed=False, host_errors=reg.host_errors)
-            try:
-                step(cap)
-            except BaseException as exc:
-                cap.expire()
-                attach_cleanup_errors(exc, reg.disposal.drop(scratch))
-                raise
-            cap.expire()
-            errors = reg.disposal.drop(scratch)  # waits for the run, frees its buffers
-            if errors:
-                raise attach_cleanup_errors(errors[0], errors[1:])
-    finally:
-        reg.unhold()
-
-
-def run_eager(reg: Registry, record: GraphRecord) -> None:
-    """Graphs disabled: run a recorded step again, eagerly, reusing its first run's staging buffers.
-    An exception the step raises reaches the caller unchanged (cleanup errors attached)."""
-    if record.step is None:
-        raise GraphStateError(f"graph {record.graph_id} ran eagerly (graphs disabled) from a capture "
-                              "block and has nothing to replay; use record(graph_id, step) instead")
-    cap = Capture(reg.driver, record, reg.device, relaxed=False, host_errors=reg.host_errors,
-                  reuse=record.buffers)
-    with claims.use(record.stream, f"replay graph {record.graph_id} eagerly", reg.stream_wait_timeout):
-        record.mark_issuing()
-        try:
-            record.step(cap)
-        except BaseException as exc:
-            cap.expire()
-            try:
-                record.mark_run(reg.driver)
-            except Exception as cleanup:
-                attach_cleanup_errors(exc, [cleanup])
-            raise
-        cap.expire()
-        record.mark_run(reg.driver)
 
 
 def end_abandoned_capture(driver: Driver, record: GraphRecord) -> list[BaseException]:
