@@ -19,7 +19,7 @@ import os
 import numpy as np
 import pytest
 
-from lifecycle import CaptureMode, GraphProvider, RealDriver
+from lifecycle import CaptureMode, DriverError, GraphProvider, RealDriver
 from lifecycle.testing import FaultInjectingDriver, SimDriver
 
 _SIM_LEFTOVERS = {"streams", "ctx_retains"}  # the backend's own streams and context
@@ -149,6 +149,10 @@ class SimBackend(_Backend):
     def forbidden_alloc(self) -> None:
         self.sim.device_array(4)
 
+    #: What :meth:`forbidden_alloc` raises during a capture (with ``code`` 900,
+    #: ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``).
+    forbidden_alloc_error = DriverError
+
     def violations(self) -> list:
         return list(self.sim.violations)
 
@@ -206,6 +210,11 @@ class RealBackend(_Backend):
 
     def forbidden_alloc(self) -> None:
         self.cuda.device_array(4)
+
+    @property
+    def forbidden_alloc_error(self):
+        from numba.cuda.cudadrv.driver import CudaAPIError
+        return CudaAPIError
 
 
 def _params():

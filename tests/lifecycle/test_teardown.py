@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from lifecycle import CaptureError, CaptureStatus, ClosedError, Counters
+from lifecycle import CaptureError, CaptureStatus, ClosedError, Counters, DriverError
 
 
 def _graph(p, graph_id, stream, dst, *, buffers=1):
@@ -98,7 +98,7 @@ def test_failed_cleanup_is_retried_by_close(backend):
     drv = backend.instrumented({"graph_exec_destroy": 1, "mem_free_host": 1})
     p = backend.provider(drv)
     _graph(p, 7, s, dst)
-    with pytest.raises(Exception) as info:
+    with pytest.raises(DriverError, match="cuGraphExecDestroy") as info:
         p.release(7)
     assert info.value is drv.injected[0]
     assert drv.injected[1] in info.value.cleanup_errors  # both failures reported

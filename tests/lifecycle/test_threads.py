@@ -58,6 +58,47 @@ def test_release_from_another_thread_waits_for_the_replay_in_flight(backend):
     backend.assert_clean()
 
 
+class _Kept:
+    """A retained object (weak-referenceable)."""
+
+
+def test_the_released_graphs_objects_live_until_release_returns(backend):
+    """Issue 22 item 5: release frees the memory after the wait, but the graph's Python objects
+    (staging buffers, retained objects) stay referenced until release returns. Observed from the
+    releasing thread's last driver call (restoring its context), after the frees."""
+    s, dst = backend.stream(), backend.zeros(64)
+    drv = backend.instrumented()
+    with backend.provider(drv) as p:
+        with p.capture(7, stream=s) as cap:
+            buf = cap.stage(np.full(64, 7.0, np.float32))
+            cap.copy_to_device(dst, buf)
+            kept = cap.retain(_Kept())
+        refs = [weakref.ref(buf), weakref.ref(kept)]
+        del buf, cap, kept
+        p.replay(7)
+        seen, releaser = [], threading.Thread(target=p.release, args=(7,))
+        real = drv.inner.ctx_set_current
+
+        def restore_context(ctx):  # the releasing thread's last driver call
+            if threading.current_thread() is releaser and drv.calls["mem_free_host"]:
+                gc.collect()
+                seen.append([ref() is not None for ref in refs])
+            return real(ctx)
+
+        drv.inner = _Patched(drv.inner, "ctx_set_current", restore_context)
+        try:
+            releaser.start()
+            releaser.join(WAIT)
+        finally:
+            drv.inner = drv.inner.wrapped
+        assert not releaser.is_alive() and p.graph_ids() == ()
+        assert seen and all(all(alive) for alive in seen), f"objects died inside release: {seen}"
+        gc.collect()
+        assert [ref() for ref in refs] == [None, None], "release returned still holding the objects"
+        np.testing.assert_array_equal(backend.read(dst), np.full(64, 7.0))
+    backend.assert_clean(drv)
+
+
 def test_each_calling_thread_gets_the_providers_context_and_keeps_its_own(backend):
     s, dst = backend.stream(), backend.zeros(8)
     with backend.provider() as p:
