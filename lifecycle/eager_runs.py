@@ -3,13 +3,14 @@ step on ``replay`` when graphs are disabled."""
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from .capture import Capture
-from .errors import CaptureError, GraphStateError, attach_cleanup_errors
+from .errors import GraphStateError, attach_cleanup_errors
 from .record import GraphRecord
 from .registry import Registry
-from .sessions import refuse_on_capturing_thread
+from .sessions import refuse_on_capturing_thread, wait_for_no_session
 from .streams import check_capture_stream, claims
 
 __all__ = ["warm_up", "run_eager"]
@@ -21,9 +22,7 @@ def warm_up(reg: Registry, graph_id: int, step: Callable[[Capture], None], strea
     with reg.lock:
         reg.entry()
         refuse_on_capturing_thread(f"warm up graph {graph_id}")
-        if reg.session is not None:
-            raise CaptureError(f"cannot warm up graph {graph_id}: graph {reg.session.record.graph_id} is "
-                               "being captured")
+        wait_for_no_session(reg, f"warm up graph {graph_id}", time.monotonic() + reg.stream_wait_timeout)
         if graph_id in reg.records:
             raise GraphStateError(f"cannot capture graph {graph_id}: it already exists")
         handle = reg.resolve_stream(stream)

@@ -9,6 +9,7 @@ in CUDA's thread-local capture mode those calls would fail and invalidate the op
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,7 +20,7 @@ from .record import GraphRecord, GraphState
 from .registry import Registry
 from .streams import check_capture_stream, claims
 
-__all__ = ["Session", "begin", "end", "abort", "discard_open", "discard_own",
+__all__ = ["Session", "begin", "end", "abort", "discard_open", "discard_own", "wait_for_no_session",
            "refuse_on_capturing_thread", "end_abandoned_capture", "exit_guard"]
 
 _thread = threading.local()  # .open: the sessions that really capture, opened by this thread
@@ -52,13 +53,28 @@ def refuse_on_capturing_thread(op: str) -> None:
                            "end it first, or use another thread")
 
 
-def _check_can_begin(reg: Registry, graph_id: int) -> None:
-    """Under the lock: the refusals of :func:`begin` (nothing changes)."""
+def wait_for_no_session(reg: Registry, op: str, deadline: float | None) -> None:
+    """Under the lock: one capture at a time per provider. Wait (releasing the lock) until the
+    provider has no open capture, up to ``deadline`` (``time.monotonic()``; ``None``: do not wait);
+    refuse at once when the calling thread owns the open capture."""
+    while reg.session is not None:
+        session = reg.session
+        left = 0.0 if deadline is None else deadline - time.monotonic()
+        if session.thread == threading.get_ident() or left <= 0:
+            waited = "" if deadline is None or session.thread == threading.get_ident() else \
+                f"waited {reg.stream_wait_timeout:g} s: "
+            raise CaptureError(f"cannot {op}: {waited}graph {session.record.graph_id} is being captured "
+                               f"(thread {session.thread}); one capture at a time per provider")
+        reg.idle.wait(left)
+        reg.check_open()
+
+
+def _check_can_begin(reg: Registry, graph_id: int, deadline: float | None) -> None:
+    """Under the lock: the refusals of :func:`begin` (nothing changes); waits for another thread's
+    open capture of this provider until ``deadline`` (``None``: refuse at once)."""
     reg.entry()
-    if reg.session is not None:
-        raise CaptureError(f"cannot capture graph {graph_id}: graph {reg.session.record.graph_id} is "
-                           f"being captured (thread {reg.session.thread}); one capture at a time")
     refuse_on_capturing_thread(f"capture graph {graph_id}")
+    wait_for_no_session(reg, f"capture graph {graph_id}", deadline)
     if graph_id in reg.records:
         raise GraphStateError(f"cannot capture graph {graph_id}: it already exists "
                               f"({reg.records[graph_id].state.value}); release it first")
@@ -67,26 +83,30 @@ def _check_can_begin(reg: Registry, graph_id: int) -> None:
 def begin(reg: Registry, graph_id: int, stream, step, guard_factory) -> Capture:
     """Open a capture of ``graph_id`` owned by the calling thread; no state changes on failure.
 
-    The stream is claimed outside the lock first, waiting (up to the provider's
-    ``stream_wait_timeout``) for operations of other threads on it; the refusals are checked
-    before the wait and again after it."""
-    with reg.lock:
-        _check_can_begin(reg, graph_id)
-        handle = reg.resolve_stream(stream)
-        check_capture_stream(handle, graphs_enabled=reg.graphs_enabled)
-    if reg.graphs_enabled:
-        claims.claim_capture(handle, graph_id, reg.stream_wait_timeout)
-        claimed = "capture"
-    else:  # eager work must not land in (or invalidate) someone else's capture of the stream
-        claims.acquire(handle, f"run graph {graph_id} eagerly", reg.stream_wait_timeout)
-        claimed = "use"
-    try:
+    Waits its turn (up to the provider's ``stream_wait_timeout`` each): for another thread's open
+    capture of this provider (one at a time), then, outside the lock, for the stream (operations
+    of other threads on it); the refusals are checked before each wait and again after it."""
+    deadline = time.monotonic() + reg.stream_wait_timeout
+    while True:
         with reg.lock:
-            _check_can_begin(reg, graph_id)  # again: the wait let other callers in
-            return _open(reg, graph_id, handle, step, guard_factory, claimed)
-    except BaseException:
-        _unclaim(handle, claimed)
-        raise
+            _check_can_begin(reg, graph_id, deadline)
+            handle = reg.resolve_stream(stream)
+            check_capture_stream(handle, graphs_enabled=reg.graphs_enabled)
+        if reg.graphs_enabled:
+            claims.claim_capture(handle, graph_id, reg.stream_wait_timeout)
+            claimed = "capture"
+        else:  # eager work must not land in (or invalidate) someone else's capture of the stream
+            claims.acquire(handle, f"run graph {graph_id} eagerly", reg.stream_wait_timeout)
+            claimed = "use"
+        try:
+            with reg.lock:
+                if reg.session is None or reg.session.thread == threading.get_ident():
+                    _check_can_begin(reg, graph_id, None)  # again: the wait let other callers in
+                    return _open(reg, graph_id, handle, step, guard_factory, claimed)
+        except BaseException:
+            _unclaim(handle, claimed)
+            raise
+        _unclaim(handle, claimed)  # another thread's capture began meanwhile: wait for it unclaimed
 
 
 def _open(reg: Registry, graph_id: int, handle: int, step, guard_factory, claimed: str) -> Capture:
@@ -240,6 +260,7 @@ def _finish(reg: Registry, session: Session, error: BaseException | None) -> Non
     session.capture.expire()
     with reg.lock:
         reg.session = None
+        reg.idle.notify_all()  # a capture of another thread may be waiting its turn
     errors = exit_guard(session.guard, error)
     if error is not None:
         attach_cleanup_errors(error, errors)

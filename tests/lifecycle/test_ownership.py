@@ -29,23 +29,25 @@ def test_capture_replay_release_moves_through_states(backend):
     backend.assert_clean()
 
 
-def test_second_capture_while_one_is_open_is_refused(backend):
+def test_second_capture_while_one_is_open_is_refused_on_its_thread_and_waits_on_others(backend):
     s, s2, dst = backend.stream(), backend.stream(), backend.zeros(8)
     with backend.provider() as p:
         cap = p.begin_capture(7, stream=s)
         before = p.counters
-        with pytest.raises(CaptureError, match="graph 7 is being captured"):
+        with pytest.raises(CaptureError, match="this thread is capturing graph 7"):
             p.begin_capture(8, stream=s2)
         errors = []
-        t = threading.Thread(target=lambda: _record_error(errors, lambda: p.begin_capture(9, stream=s2)))
+        t = threading.Thread(target=lambda: _record_error(errors, lambda: capture_payload(p, 9, s2, dst, 9.0)))
         t.start()
-        t.join(10)
-        assert isinstance(errors[0], CaptureError)
+        t.join(0.3)
+        assert t.is_alive() and errors == [], "another thread's capture did not wait its turn"
         assert p.counters == before and p.graph_ids() == (7,)
         assert backend.capture_status(s2) is CaptureStatus.NONE
         p.end_capture(cap)
+        t.join(10)
+        assert errors == [] and p.graph_ids() == (7, 9)
         capture_payload(p, 8, s2, dst, 1.0)  # the refused id is free
-        assert p.graph_ids() == (7, 8)
+        assert p.graph_ids() == (7, 8, 9)
     backend.assert_clean()
 
 

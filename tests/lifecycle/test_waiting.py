@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from lifecycle import GraphProvider, StreamError
+from lifecycle import CaptureError, CaptureStatus, StreamError
 from lifecycle.streams import DEFAULT_STREAM_WAIT_TIMEOUT
 
 from payloads import capture_payload
@@ -94,6 +94,30 @@ def test_only_a_wait_past_the_bound_fails_naming_the_stream_and_its_holder(backe
         p.end_capture(cap)
         q.replay(1)  # nothing changed by the failed wait
         q.synchronize(1)
+    backend.assert_clean()
+
+
+def test_a_capture_waits_for_another_threads_capture_of_the_provider_up_to_the_bound(backend):
+    s, s2, dst = backend.stream(), backend.stream(), backend.zeros(8)
+    opened, done, errors = threading.Event(), threading.Event(), []
+    with backend.provider(stream_wait_timeout=0.2) as p:
+        def hold():  # another thread keeps graph 1's capture open
+            cap = p.begin_capture(1, stream=s)
+            opened.set()
+            done.wait(WAIT)
+            p.end_capture(cap)
+
+        t = threading.Thread(target=lambda: _reporting(hold, errors, 0)())
+        t.start()
+        assert opened.wait(WAIT)
+        with pytest.raises(CaptureError, match=r"cannot capture graph 2: waited 0\.2 s: graph 1 is being "
+                                               r"captured \(thread \d+\); one capture at a time per provider"):
+            capture_payload(p, 2, s2, dst, 2.0)
+        assert p.graph_ids() == (1,) and backend.capture_status(s2) is CaptureStatus.NONE
+        threading.Timer(0.1, done.set).start()
+        capture_payload(p, 2, s2, dst, 2.0)  # within the bound: waits its turn, then captures
+        t.join(WAIT)
+        assert errors == [] and p.graph_ids() == (1, 2)
     backend.assert_clean()
 
 
