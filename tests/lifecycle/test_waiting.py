@@ -97,27 +97,75 @@ def test_only_a_wait_past_the_bound_fails_naming_the_stream_and_its_holder(backe
     backend.assert_clean()
 
 
-def test_a_capture_waits_for_another_threads_capture_of_the_provider_up_to_the_bound(backend):
-    s, s2, dst = backend.stream(), backend.stream(), backend.zeros(8)
-    opened, done, errors = threading.Event(), threading.Event(), []
-    with backend.provider(stream_wait_timeout=0.2) as p:
-        def hold():  # another thread keeps graph 1's capture open
-            cap = p.begin_capture(1, stream=s)
-            opened.set()
-            done.wait(WAIT)
-            p.end_capture(cap)
+def _hold_a_capture(p, stream, errors):
+    """Another thread opens graph 1's capture on ``p`` and ends it when the returned event is set."""
+    opened, done = threading.Event(), threading.Event()
 
-        t = threading.Thread(target=lambda: _reporting(hold, errors, 0)())
-        t.start()
-        assert opened.wait(WAIT)
+    def hold():
+        cap = p.begin_capture(1, stream=stream)
+        opened.set()
+        done.wait(WAIT)
+        p.end_capture(cap)
+
+    t = threading.Thread(target=_reporting(hold, errors, 0))
+    t.start()
+    assert opened.wait(WAIT)
+    return t, done
+
+
+def test_a_capture_waits_for_another_threads_capture_of_the_provider_up_to_the_bound(backend):
+    s, s2, dst, errors = backend.stream(), backend.stream(), backend.zeros(8), []
+    with backend.provider(stream_wait_timeout=0.2) as p, backend.provider(stream_wait_timeout=WAIT) as q:
+        t, done = _hold_a_capture(p, s, errors)
         with pytest.raises(CaptureError, match=r"cannot capture graph 2: waited 0\.2 s: graph 1 is being "
                                                r"captured \(thread \d+\); one capture at a time per provider"):
             capture_payload(p, 2, s2, dst, 2.0)
         assert p.graph_ids() == (1,) and backend.capture_status(s2) is CaptureStatus.NONE
-        threading.Timer(0.1, done.set).start()
-        capture_payload(p, 2, s2, dst, 2.0)  # within the bound: waits its turn, then captures
+        done.set()
         t.join(WAIT)
-        assert errors == [] and p.graph_ids() == (1, 2)
+        t, done = _hold_a_capture(q, s, errors)
+        threading.Timer(0.1, done.set).start()
+        t0 = time.monotonic()
+        capture_payload(q, 2, s2, dst, 2.0)  # waits its turn, and goes as soon as the other ends
+        assert time.monotonic() - t0 < WAIT / 4, "the waiting capture was not woken when the other ended"
+        t.join(WAIT)
+        assert errors == [] and p.graph_ids() == (1,) and q.graph_ids() == (1, 2)
+    backend.assert_clean()
+
+
+def test_a_waiting_capture_goes_before_new_uses_of_its_stream(backend):
+    """A stream of steady replays cannot starve a capture: once a capture waits for the stream,
+    a new replay from another thread waits behind it."""
+    s, dst, out, gate = backend.stream(), backend.zeros(8), backend.zeros(8), threading.Event()
+    order, errors = [], []
+    with backend.provider() as p, backend.provider() as q:
+        with p.capture(1, stream=s) as cap:
+            cap.host_func(lambda: gate.wait(WAIT))
+            cap.copy_to_device(dst, cap.stage(np.full(8, 1.0, np.float32)))
+        p.replay(1)
+        holder = threading.Thread(target=_reporting(lambda: p.synchronize(1), errors, 0))
+        holder.start()  # holds the stream while it waits on the gated graph
+        time.sleep(0.1)
+
+        def capture():
+            with q.capture(5, stream=s) as c:
+                order.append("capture began")
+                c.copy_to_device(out, c.stage(np.full(8, 5.0, np.float32)))
+                time.sleep(0.2)
+                order.append("capture ends")
+
+        capturer = threading.Thread(target=_reporting(capture, errors, 0))
+        capturer.start()
+        time.sleep(0.1)  # the capture now waits for the synchronize
+        replayer = threading.Thread(target=_reporting(lambda: (p.replay(1), order.append("replay")), errors, 0))
+        replayer.start()
+        replayer.join(0.2)
+        assert replayer.is_alive(), "a new replay overtook the waiting capture"
+        gate.set()
+        for t in (holder, capturer, replayer):
+            t.join(WAIT)
+        assert errors == [] and order == ["capture began", "capture ends", "replay"], (order, errors)
+        p.synchronize(1)
     backend.assert_clean()
 
 
