@@ -109,10 +109,7 @@ class _Stress:
         rng = random.Random(SEED * 101 + tid)
         names = (*SHARED, EAGER, PRIVATE)
         private = self.new_private()
-        graphs = {(name, gid): _Graph(self.backend.zeros(N), self.backend.zeros(N))
-                  for name in names for gid in range(IDS)}
-        with self.lock:
-            self.graphs_of_threads.append((tid, graphs))
+        graphs = self.graphs_of_threads[tid]
         start.wait()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -206,7 +203,9 @@ class _Stress:
             self.expected_failures[kind] += 1
 
     def run(self, seconds):
-        self.graphs_of_threads = []
+        names = (*SHARED, EAGER, PRIVATE)  # device arrays made here, in the test's thread
+        self.graphs_of_threads = [{(name, gid): _Graph(self.backend.zeros(N), self.backend.zeros(N))
+                                   for name in names for gid in range(IDS)} for _ in range(THREADS)]
         start = threading.Barrier(THREADS + 1, timeout=120)
         threads = [threading.Thread(target=self.worker, args=(t, seconds, start)) for t in range(THREADS)]
         for t in threads:
@@ -219,7 +218,7 @@ class _Stress:
         elapsed = time.monotonic() - t0
         for p in self.providers.values():
             p.close()
-        for tid, graphs in self.graphs_of_threads:  # closing waited for every run: check them all
+        for tid, graphs in enumerate(self.graphs_of_threads):  # closing waited for every run: check all
             for (name, gid), graph in graphs.items():
                 self.compare(graph, f"thread {tid} {name} graph {gid} at the end")
         return elapsed
