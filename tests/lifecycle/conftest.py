@@ -209,6 +209,15 @@ class RealBackend(_Backend):
         self.add(0, warm_dst, warm_src)
         self.spin(0)
         cuda.synchronize()
+        # Numba frees device memory lazily, flushing its queue (cuMemFree) in whatever thread drops
+        # an array once more than CUDA_DEALLOCS_COUNT are pending, e.g. inside gc.collect() or an
+        # automatic collection. cuMemFree waits for the whole device: with a graph blocked on a
+        # test's gate, that thread stalls until the gate's own timeout, the graph then finishes,
+        # and whatever the test checks next is seen ~20 s late (issue 22 item 5: a staging buffer
+        # "gone while release had not returned"). So no flush runs during a test: the queue is
+        # held from here to close().
+        self._held_frees = cuda.defer_cleanup()
+        self._held_frees.__enter__()
 
     def zeros(self, n, dtype=np.float32, device: int | None = None):
         with self.on(self.device if device is None else device):
@@ -237,6 +246,11 @@ class RealBackend(_Backend):
 
     def forbidden_alloc(self) -> None:
         self.cuda.device_array(4)
+
+    def close(self) -> None:
+        with self.on(self.device):
+            self._held_frees.__exit__(None, None, None)  # the next deallocation flushes the queue
+        super().close()
 
     @property
     def forbidden_alloc_error(self):

@@ -46,11 +46,18 @@ def test_release_from_another_thread_waits_for_the_replay_in_flight(backend):
         b = threading.Thread(target=caller_b)
         b.start()
         time.sleep(0.2)
-        assert not done.is_set(), "release returned while the replay was still in flight"
-        gc.collect()
-        assert ref() is not None and not ref().freed, "the pinned buffer was freed under the GPU"
+        t0 = time.monotonic()
+        gc.collect()  # (a device-synchronizing free here would stall until the gate's timeout:
+        buf = ref()   # the real backend holds Numba's deferred frees for the whole test)
+        late = time.monotonic() - t0
+        state = "gone" if buf is None else ("freed" if buf.freed else "alive")
+        del buf
+        returned, gate_timed_out = done.is_set(), list(timed_out)
         gate.set()
         b.join(WAIT)
+        assert gate_timed_out == [] and late < 1.0, f"the check ran {late:.1f} s late: the gate timed out first"
+        assert not returned, "release returned while the replay was still in flight"
+        assert state == "alive", f"the pinned buffer was {state} while release waited for the replay"
         assert done.is_set() and errors == [] and timed_out == []
         gc.collect()
         assert ref() is None, "release must free the buffer once the replay finished"
