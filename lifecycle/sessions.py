@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .capture import Capture
 from .driver import CaptureMode, CaptureStatus, Driver
@@ -50,7 +50,8 @@ def refuse_on_capturing_thread(op: str) -> None:
         raise CaptureError(f"cannot {op} while this thread is capturing graph {graph_id}: while a graph "
                            "is being captured on a thread, the synchronizing, allocating, instantiating "
                            "or freeing calls this needs would fail there and invalidate that capture; "
-                           "end it first, or use another thread")
+                           f"end it first (its provider's end_capture(capture), discard_capture({graph_id}) "
+                           "or close()), or use another thread")
 
 
 def wait_for_no_session(reg: Registry, op: str, deadline: float | None) -> None:
