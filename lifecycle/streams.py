@@ -28,7 +28,8 @@ _HANDLE_LIMIT = 1 << 64
 
 def stream_handle(stream) -> int:
     """The raw handle of ``stream``: an int (Python or numpy, >= 0), a ``__cuda_stream__`` object
-    (cuda.core, Numba), an object with a ``handle`` (Numba), or a ``cuda.bindings`` ``CUstream``.
+    (cuda.core, Numba), an object with ``cuda_stream`` (torch, CuPy) or a ``handle`` (Numba), or
+    a ``cuda.bindings`` ``CUstream``.
 
     Anything else is a ``TypeError`` naming ``stream``, a negative or too large handle a
     ``ValueError``; nothing reaches the driver.
@@ -39,13 +40,15 @@ def stream_handle(stream) -> int:
         handle = int(stream)
     elif hasattr(stream, "__cuda_stream__"):
         handle = _as_handle(stream.__cuda_stream__()[1], stream)
+    elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream, cupy.cuda.Stream
+        handle = _as_handle(stream.cuda_stream, stream)
     elif hasattr(stream, "handle"):
         handle = _as_handle(stream.handle, stream)
     elif hasattr(stream, "getPtr"):  # cuda.bindings.driver.CUstream
         handle = _as_handle(stream, stream)
     else:
         raise TypeError(f"stream must be a CUstream handle (int) or a stream object (__cuda_stream__, "
-                        f"a Numba stream, a cuda.bindings CUstream); got {type(stream).__name__}")
+                        f"torch/CuPy, Numba, a cuda.bindings CUstream); got {type(stream).__name__}")
     if not 0 <= handle < _HANDLE_LIMIT:
         raise ValueError(f"stream must be a CUstream handle in 0..2**64-1; got {handle}")
     return handle

@@ -29,10 +29,25 @@ def test_a_bad_stream_is_named_before_any_driver_call(backend, stream, error):
     backend.assert_clean(drv)
 
 
-def test_a_numpy_integer_stream_is_accepted(backend):
+class _TorchLikeStream:
+    def __init__(self, handle):
+        self.cuda_stream = handle
+
+
+class _CudaCoreLikeStream:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+@pytest.mark.parametrize("wrap", [np.uint64, _TorchLikeStream, _CudaCoreLikeStream],
+                         ids=["numpy-int", "cuda_stream", "__cuda_stream__"])
+def test_stream_objects_and_numpy_integers_are_accepted(backend, wrap):
     s, dst = backend.stream(), backend.zeros(8)
     with backend.provider() as p:
-        capture_payload(p, 1, np.uint64(s), dst, 1.0)
+        capture_payload(p, 1, wrap(s), dst, 1.0)
         p.replay(1)
         p.synchronize(1)
         np.testing.assert_array_equal(backend.read(dst), np.ones(8))
