@@ -183,6 +183,14 @@ class StreamClaims:
             self._capturing.pop(handle, None)
             self._cv.notify_all()
 
+    def holders(self, handle: int) -> tuple[int | None, int, int]:
+        """``(graph id being captured or None, uses in progress, captures waiting)`` on ``handle``
+        right now (diagnostics and tests)."""
+        with self._cv:
+            capture = self._capturing.get(handle)
+            return (None if capture is None else capture[0], sum(self._users.get(handle, {}).values()),
+                    self._queued[handle])
+
     def _wait(self, free, handle: int, op: str, timeout: float) -> None:
         """Under the condition's lock: wait until ``free()``; past ``timeout`` raise naming the holder."""
         deadline = time.monotonic() + timeout

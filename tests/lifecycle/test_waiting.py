@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from lifecycle import CaptureError, CaptureStatus, StreamError
-from lifecycle.streams import DEFAULT_STREAM_WAIT_TIMEOUT
+from lifecycle.streams import DEFAULT_STREAM_WAIT_TIMEOUT, claims
 
 from payloads import capture_payload
 
@@ -64,7 +64,7 @@ def test_a_capture_waits_for_a_long_synchronize_on_its_stream(backend):
         p.replay(1)
         syncer = threading.Thread(target=p.synchronize, args=(1,))
         syncer.start()
-        time.sleep(0.1)  # the synchronize now holds the stream, waiting on the GPU
+        _until(lambda: claims.holders(s)[1] == 1)  # the synchronize holds the stream, waiting on the GPU
         threading.Timer(0.3, gate.set).start()
         t0 = time.monotonic()
         capture_payload(p, 2, s, dst, 2.0)  # waits until the synchronize returned, then captures
@@ -147,7 +147,7 @@ def test_a_waiting_capture_goes_before_new_uses_of_its_stream(backend):
         p.replay(1)
         holder = threading.Thread(target=_reporting(lambda: p.synchronize(1), errors, 0))
         holder.start()  # holds the stream while it waits on the gated graph
-        time.sleep(0.1)
+        _until(lambda: claims.holders(s)[1] == 1)
 
         def capture():
             with q.capture(5, stream=s) as c:
@@ -158,7 +158,7 @@ def test_a_waiting_capture_goes_before_new_uses_of_its_stream(backend):
 
         capturer = threading.Thread(target=_reporting(capture, errors, 0))
         capturer.start()
-        time.sleep(0.1)  # the capture now waits for the synchronize
+        _until(lambda: claims.holders(s)[2] == 1)  # the capture now waits for the synchronize
         replayer = threading.Thread(target=_reporting(lambda: (p.replay(1), order.append("replay")), errors, 0))
         replayer.start()
         replayer.join(0.2)
@@ -217,6 +217,13 @@ def test_replays_on_a_stream_race_a_capture_on_it_without_errors(backend):
             np.testing.assert_array_equal(backend.read(dst2), np.full(8, loop + 2.0))
     print(f"race: {LOOPS} rounds, no failure")
     backend.assert_clean()
+
+
+def _until(condition):
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, "the expected state was never reached"
+        time.sleep(0.001)
 
 
 def _reporting(fn, failures, loop):
