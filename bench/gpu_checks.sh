@@ -10,6 +10,6 @@ workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)
 LIFECYCLE_REQUIRE_GPU=1 timeout "${PYTEST_TIMEOUT:-900}" python3 -m pytest -v -rs --durations=30 -p no:cacheprovider -n "$workers" --dist loadgroup \
     tests "$@" 2>&1 | tee "$out/pytest-gpu-h200-$stamp.log" | grep -v PASSED | tail -60
 if [ "${STRESS:-1}" != 0 ]; then   # STRESS=0: pytest only (its test_stress has a real-driver case too)
-    timeout 90 python3 bench/gpu_lifecycle_check.py --stress --stress-ops 200 2>&1 \
+    timeout 90 python3 bench/gpu_lifecycle_check.py --stress --stress-seconds 12 2>&1 \
         | tee "$out/lifecycle-stress-h200-$stamp.log" | tail -8
 fi

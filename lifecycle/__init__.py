@@ -6,9 +6,11 @@ Importing this package touches no GPU. Start with :class:`GraphProvider` (or
 chosen calls fail (the last two live in :mod:`lifecycle.testing`).
 
 Rooms: :mod:`~lifecycle.provider` (the door), :mod:`~lifecycle.sessions` (capture sessions),
-:mod:`~lifecycle.registry` (records by id), :mod:`~lifecycle.disposal` (freeing, closing,
-finalizing), :mod:`~lifecycle.capture`, :mod:`~lifecycle.record`, :mod:`~lifecycle.staging`,
-:mod:`~lifecycle.streams`, :mod:`~lifecycle.context`; the driver seam :mod:`~lifecycle.driver`.
+:mod:`~lifecycle.eager_runs` (warm-up and eager re-runs), :mod:`~lifecycle.waits` (synchronize and
+release), :mod:`~lifecycle.registry` (records by id), :mod:`~lifecycle.disposal` (freeing,
+closing, finalizing), :mod:`~lifecycle.capture`, :mod:`~lifecycle.record`,
+:mod:`~lifecycle.staging`, :mod:`~lifecycle.streams` (stream checks and the claims callers wait
+their turn on), :mod:`~lifecycle.context`; the driver seam :mod:`~lifecycle.driver`.
 """
 
 from .capture import Capture

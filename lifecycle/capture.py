@@ -119,7 +119,9 @@ class Capture:
         """Enqueue (capture) a host-to-device copy from the retained ``src`` into ``dst``.
 
         ``src`` must be a buffer of this graph id: a buffer of another graph could be freed while
-        this graph still reads it.
+        this graph still reads it. ``nbytes`` (default: all of ``src``) is an int in
+        ``1..src.nbytes``; ``dst``, if an array, must hold at least ``nbytes`` bytes. Every
+        argument is checked before anything is enqueued.
         """
         self._check_open()
         if not isinstance(src, PinnedBuffer):
@@ -131,9 +133,14 @@ class Capture:
         if src.freed or not any(buf is src for buf in self._record.buffers):
             raise LifecycleError(f"pinned buffer of graph {src.graph_id} cannot be read by graph "
                                  f"{self.graph_id}: it is freed with its own graph")
-        nbytes = src.nbytes if nbytes is None else int(nbytes)
+        if nbytes is None:
+            nbytes = src.nbytes
+        elif isinstance(nbytes, (bool, np.bool_)) or not isinstance(nbytes, (int, np.integer)):
+            raise TypeError(f"nbytes must be an int (bytes to copy); got {type(nbytes).__name__}")
+        nbytes = int(nbytes)
         if not 0 < nbytes <= src.nbytes:
-            raise ValueError(f"nbytes must be in 1..{src.nbytes}; got {nbytes}")
+            raise ValueError(f"nbytes must be in 1..{src.nbytes} (the source buffer's size: a copy past "
+                             f"its end would read memory it does not own); got {nbytes}")
         self._driver.memcpy_htod_async(device_pointer(dst, nbytes), src.ptr, nbytes, self.stream)
 
     def host_func(self, fn: Callable[[], None]) -> None:

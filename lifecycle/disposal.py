@@ -87,12 +87,14 @@ def teardown(reg: "Registry") -> list[BaseException]:
     Safe to retry after a failure, from any thread: the own stream is destroyed only once no
     record or zombie can still need it, external buffers stay registered and the context retained
     until everything else is released. Returns the errors; raises only :class:`CaptureError`
-    (nothing changed) while a capture is open.
+    (nothing changed) while a capture is open (``close()`` first discards one its own thread left
+    open, so this names the other thread that owns it).
     """
     with reg.close_lock:
         with reg.lock:
             if reg.session is not None:
-                raise CaptureError(f"cannot close while graph {reg.session.record.graph_id} is being captured")
+                raise CaptureError(f"cannot close the provider from thread {threading.get_ident()}: "
+                                   f"{reg.owner_hint()}")
             reg.closed = True
             reg.wait_for(lambda: reg.busy == 0)
             if not reg.ctx_retained:

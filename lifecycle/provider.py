@@ -23,15 +23,15 @@ from typing import Callable, ContextManager
 
 import numpy as np
 
-from . import sessions
+from . import eager_runs, sessions, waits
 from .capture import Capture
 from .context import ContextBinding
 from .disposal import finalize, teardown
 from .driver import Driver, is_driver
-from .errors import attach_cleanup_errors
+from .errors import CaptureError, attach_cleanup_errors
 from .record import GraphState
 from .registry import Counters, Registry, check_graph_id
-from .streams import claims
+from .streams import DEFAULT_STREAM_WAIT_TIMEOUT, check_wait_timeout
 
 __all__ = ["GraphProvider", "Counters"]
 
@@ -50,20 +50,30 @@ class GraphProvider:
         capture_guard: a zero-argument callable returning a context manager held from just before
             begin-capture until the capture is instantiated or discarded; for Numba,
             :func:`lifecycle.numba_glue.hold_deallocations`.
+        stream_wait_timeout: seconds (> 0; ``float("inf")`` for no bound) an operation waits for a
+            stream another operation holds (a capture on it in another thread, or a wait, launch or
+            warm-up on it while this one wants to capture there); default
+            :data:`~lifecycle.streams.DEFAULT_STREAM_WAIT_TIMEOUT` (30 s). Only a wait past the
+            bound fails, with a :class:`~lifecycle.errors.StreamError` naming the stream.
 
     Wrong argument types are a ``TypeError`` naming the argument. Graph ids are Python or numpy
     integers >= 0 everywhere (bools refused).
 
     Note:
         One capture may be open per provider, and one per thread across providers (a nested
-        capture is refused up front: see the README). No lock is held while waiting on the GPU, so
+        capture is refused up front: see the README). Callers wait their turn for a stream (see
+        ``stream_wait_timeout``). No lock is held while waiting on the GPU or for a stream, so
         queries answer during a long ``synchronize`` and host functions may query the provider.
         A provider dropped without ``close()`` is finalized (with an
         :class:`~lifecycle.errors.UnclosedProviderWarning`) once its streams drain.
     """
 
     def __init__(self, driver: Driver | None = None, *, device: int = 0, graphs: bool = True,
-                 capture_guard: Callable[[], ContextManager] | None = None):
+                 capture_guard: Callable[[], ContextManager] | None = None,
+                 stream_wait_timeout: float = DEFAULT_STREAM_WAIT_TIMEOUT):
+        if isinstance(driver, type):
+            raise TypeError(f"driver must be a Driver instance; got the class {driver.__name__} "
+                            f"(pass {driver.__name__}(), an instance)")
         if driver is None:
             from .real_driver import RealDriver
             driver = RealDriver()
@@ -79,12 +89,13 @@ class GraphProvider:
         if capture_guard is not None and not callable(capture_guard):
             raise TypeError(f"capture_guard must be a callable returning a context manager; "
                             f"got {type(capture_guard).__name__}")
+        stream_wait_timeout = check_wait_timeout(stream_wait_timeout)
         self.device = int(device)
         self.graphs_enabled = bool(graphs)
         self._guard = capture_guard or contextlib.nullcontext
         driver.init()
         ctx = ContextBinding(driver, driver.primary_ctx_retain(self.device), self.device)
-        self._reg = Registry(driver, ctx, self.device, self.graphs_enabled)
+        self._reg = Registry(driver, ctx, self.device, self.graphs_enabled, stream_wait_timeout)
         self._finalizer = weakref.finalize(self, finalize, self._reg, f"GraphProvider(device {self.device})")
         self._finalizer.atexit = False  # at exit the driver frees everything with the process
 
@@ -136,6 +147,24 @@ class GraphProvider:
         attached); the caller re-raises ``error``."""
         sessions.abort(self._reg, capture, error)
 
+    def discard_capture(self, graph_id: int) -> None:
+        """The way out of a capture whose :class:`Capture` object was lost (e.g. a notebook cell
+        raised between ``begin_capture`` and ``end_capture``): discard the open capture of
+        ``graph_id`` from the thread that began it.
+
+        The stream's capture is ended, the partial graph and its staging buffers are freed, the id
+        is free again and the thread may capture, release and close again. Raises
+        :class:`CaptureError` (changing nothing) if this provider has no open capture of
+        ``graph_id``, or if another thread began it (CUDA lets only that thread end it). A failed
+        cleanup step is raised after the capture was discarded (kept for ``close()`` to retry).
+        """
+        graph_id = check_graph_id(graph_id)
+        notice = CaptureError(f"the capture of graph {graph_id} was discarded")
+        sessions.discard_open(self._reg, graph_id, notice)
+        errors = getattr(notice, "cleanup_errors", [])
+        if errors:
+            raise attach_cleanup_errors(errors[0], errors[1:])
+
     def record(self, graph_id: int, step: Callable[[Capture], None], *, stream=None,
                warmup: bool = True) -> None:
         """Capture ``step(capture)`` as ``graph_id``, after one eager warm-up run.
@@ -148,8 +177,10 @@ class GraphProvider:
         graph_id = check_graph_id(graph_id)
         if not callable(step):
             raise TypeError(f"step must be callable; got {type(step).__name__}")
+        if not isinstance(warmup, (bool, np.bool_)):
+            raise TypeError(f"warmup must be a bool; got {type(warmup).__name__}")
         if self.graphs_enabled and warmup:
-            sessions.warm_up(self._reg, graph_id, step, stream)
+            eager_runs.warm_up(self._reg, graph_id, step, stream)
         with self._capture(graph_id, stream, None if self.graphs_enabled else step) as cap:
             step(cap)
 
@@ -160,19 +191,17 @@ class GraphProvider:
         With graphs disabled, re-runs the recorded step eagerly on the stream.
         """
         graph_id, reg = check_graph_id(graph_id), self._reg
-        with reg.lock:
-            record = reg.ready(graph_id, "replay")
-            with reg.ctx.current(), claims.use(record.stream, f"replay graph {graph_id}"):
-                reg.check_not_capturing(record.stream, f"replay graph {graph_id}")
-                if record.eager:
-                    sessions.run_eager(reg, record)
-                else:
-                    reg.driver.graph_launch(record.graph_exec, record.stream)
+        with reg.in_turn(graph_id, "replay") as record, reg.ctx.current():
+            reg.check_not_capturing(record.stream, f"replay graph {graph_id}")
+            if record.eager:
+                eager_runs.run_eager(reg, record)
+            else:
+                reg.driver.graph_launch(record.graph_exec, record.stream)
 
     def synchronize(self, graph_id: int) -> None:
         """Wait until the work of graph ``graph_id`` issued so far has finished (outside the
         provider's lock); then raise any error a host function of the provider raised."""
-        self._wait(check_graph_id(graph_id), "synchronize", release=False)
+        waits.wait(self._reg, check_graph_id(graph_id), "synchronize", release=False)
 
     def release(self, graph_id: int) -> None:
         """Wait for graph ``graph_id``'s own work, then destroy it and free its staging buffers.
@@ -181,45 +210,7 @@ class GraphProvider:
         nothing is released. If a destroy or free fails, the id is still released, the step is kept
         for ``close()`` to retry, and the error is raised.
         """
-        self._wait(check_graph_id(graph_id), "release", release=True)
-
-    def _wait(self, graph_id, op, *, release):
-        reg = self._reg
-        with reg.lock:
-            sessions.refuse_on_capturing_thread(f"{op} graph {graph_id}")
-            record = reg.ready(graph_id, op)
-            with reg.ctx.current(), claims.use(record.stream, f"{op} graph {graph_id}"):
-                reg.check_not_capturing(record.stream, f"{op} graph {graph_id}")
-            steps = record.wait_steps(reg.driver)
-            record.releasing = release  # a release refuses new work on the id from here on
-            reg.hold(record)
-        counted = True
-        try:
-            with reg.ctx.current():
-                for step in steps:
-                    step()
-                with reg.lock:
-                    record.waiters -= 1
-                    counted = False
-                    reg.idle.notify_all()
-                    if release:
-                        reg.wait_for(lambda: record.waiters == 0)  # other waits on it end: work is done
-                        record.state = GraphState.RELEASED
-                        del reg.records[graph_id]
-                if release:
-                    errors = reg.disposal.drop(record, wait=False)
-                    if errors:
-                        raise attach_cleanup_errors(errors[0], errors[1:])
-        finally:
-            with reg.lock:
-                if counted:
-                    record.waiters -= 1
-                if release and record.state is GraphState.READY:
-                    record.releasing = False  # nothing released: the id works as before
-                reg.busy -= 1
-                reg.idle.notify_all()
-        with reg.lock:
-            reg.surface_host_errors()
+        waits.wait(self._reg, check_graph_id(graph_id), "release", release=True)
 
     # -- external buffers, introspection ----------------------------------------------------------
     def register_external(self, obj):
@@ -262,12 +253,17 @@ class GraphProvider:
         """Release every graph (after its work), free every buffer, drop external buffers, destroy
         the provider's stream, release the context.
 
+        A capture of this provider left open by the calling thread (a ``begin_capture`` whose
+        ``end_capture`` never came) is discarded first, as by :meth:`discard_capture`.
+
         Idempotent: a second call does nothing, or retries whatever failed, from any thread.
-        Raises :class:`CaptureError` (changing nothing) while a capture is open, or from a thread
-        that has another provider's capture open.
+        Raises :class:`CaptureError` (changing nothing) while another thread has a capture of this
+        provider open (naming that thread, the only one that can end it), or from a thread that has
+        another provider's capture open.
         """
+        errors = sessions.discard_own(self._reg)
         sessions.refuse_on_capturing_thread("close the provider")
-        errors = teardown(self._reg)
+        errors += teardown(self._reg)
         if errors:
             raise attach_cleanup_errors(errors[0], errors[1:])
         self._reg.surface_host_errors()

@@ -54,7 +54,9 @@ class GraphRecord:
     end of each run, keyed by ``(stream, thread)`` (the thread only for the per-thread default
     stream, which names another stream in every thread), and ``unmarked`` holds the keys whose
     latest work was issued without its event being recorded. ``waiters`` counts threads waiting on
-    the record outside the provider's lock; ``releasing`` refuses new work while it is released.
+    the record outside the provider's lock; ``releasing`` refuses new work while it is released;
+    ``wait_timeout`` (the provider's ``stream_wait_timeout``) bounds waits for a stream another
+    operation holds.
     """
     graph_id: int
     stream: int
@@ -71,6 +73,7 @@ class GraphRecord:
     step: Callable | None = None
     waiters: int = 0
     releasing: bool = False
+    wait_timeout: float = streams.DEFAULT_STREAM_WAIT_TIMEOUT  #: bound on waiting for a stream's claim
 
     def _key(self) -> tuple:
         thread = threading.get_ident() if self.stream == STREAM_PER_THREAD else None
@@ -99,11 +102,11 @@ class GraphRecord:
         any other thread, which cannot name another thread's per-thread default stream.
         """
         if not self.eager:
-            return [functools.partial(streams.synchronize, driver, self.stream)]
+            return [functools.partial(streams.synchronize, driver, self.stream, self.wait_timeout)]
         me, steps, foreign = threading.get_ident(), [], False
         for stream, thread in sorted(self.unmarked, key=repr):
             if thread is None or thread == me:
-                steps.append(functools.partial(streams.synchronize, driver, stream))
+                steps.append(functools.partial(streams.synchronize, driver, stream, self.wait_timeout))
             else:
                 foreign = True
         if foreign:

@@ -9,6 +9,7 @@ session and the counters; nobody waits on the GPU while holding it (waits run ou
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ from .errors import (
     UnknownGraphError,
 )
 from .record import GraphRecord, GraphState
-from .streams import stream_handle
+from .streams import DEFAULT_STREAM_WAIT_TIMEOUT, claims, stream_handle
 
 __all__ = ["Registry", "Counters", "check_graph_id"]
 
@@ -56,8 +57,10 @@ class Counters:
 class Registry:
     """The state of one provider (see the module docstring). ``token`` tags its staging buffers."""
 
-    def __init__(self, driver: Driver, ctx: ContextBinding, device: int, graphs_enabled: bool):
+    def __init__(self, driver: Driver, ctx: ContextBinding, device: int, graphs_enabled: bool,
+                 stream_wait_timeout: float = DEFAULT_STREAM_WAIT_TIMEOUT):
         self.driver, self.ctx, self.device, self.graphs_enabled = driver, ctx, device, graphs_enabled
+        self.stream_wait_timeout = stream_wait_timeout
         self.lock = threading.RLock()
         self.idle = threading.Condition(self.lock)  # notified whenever busy or a waiter count drops
         self.close_lock = threading.Lock()          # one close (or finalizer) at a time
@@ -98,8 +101,7 @@ class Registry:
         return record
 
     def ready(self, graph_id: int, op: str) -> GraphRecord:
-        """The READY record ``op`` may use: not being released, its stream not being captured by
-        this provider."""
+        """The READY record ``op`` may use: not being released."""
         self.entry()
         record = self.records.get(graph_id)
         if record is None:
@@ -109,14 +111,30 @@ class Registry:
             raise GraphStateError(f"cannot {op} graph {graph_id}: it is {record.state.value}")
         if record.releasing:
             raise GraphStateError(f"cannot {op} graph {graph_id}: it is being released")
-        session = self.session
-        if session is not None and self.graphs_enabled and not record.eager \
-                and session.record.stream == record.stream:
-            raise StreamError(f"cannot {op} graph {graph_id}: its stream {record.stream:#x} is being "
-                              f"captured for graph {session.record.graph_id}")
-        return record
+        return record  # (a capture on its stream is waited for through the stream claims)
 
     # -- streams ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def in_turn(self, graph_id: int, op: str):
+        """Yield READY record ``graph_id`` with its stream's use claim and the lock held.
+
+        The claim is taken first, outside the lock, waiting (up to ``stream_wait_timeout``) while
+        another thread captures on the stream (see :class:`~lifecycle.streams.StreamClaims`); the
+        record is checked again under the lock. Both are released on exit."""
+        while True:
+            with self.lock:
+                stream = self.ready(graph_id, op).stream
+            claims.acquire(stream, f"{op} graph {graph_id}", self.stream_wait_timeout)
+            try:
+                with self.lock:
+                    record = self.ready(graph_id, op)
+                    if record.stream == stream:
+                        yield record
+                        return
+            finally:
+                claims.release(stream)
+            # released and captured again on another stream while this call waited: once more
+
     def resolve_stream(self, stream) -> int:
         """The raw handle of ``stream``; ``None`` is the provider's own stream (made on first use)."""
         if stream is not None:
@@ -139,6 +157,15 @@ class Registry:
             raise StreamError(f"cannot {op}: stream {handle:#x} is being captured outside this provider's "
                               "control (another provider or a direct cuStreamBeginCapture); its work would "
                               "be captured into that graph, or invalidate it")
+
+    def owner_hint(self) -> str:
+        """Which thread must end the open capture, and how (for refusals made in other threads)."""
+        session = self.session
+        named = {t.ident: t.name for t in threading.enumerate()}
+        who = f"thread {session.thread} ({named.get(session.thread, 'no longer running')})"
+        gid = session.record.graph_id
+        return (f"graph {gid} is being captured by {who}; CUDA lets only that thread end its capture: "
+                f"call end_capture(capture), discard_capture({gid}) or close() there")
 
     # -- work outside the lock -------------------------------------------------------------------
     def hold(self, record: GraphRecord | None = None) -> None:

@@ -9,8 +9,9 @@ in CUDA's thread-local capture mode those calls would fail and invalidate the op
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .capture import Capture
 from .driver import CaptureMode, CaptureStatus, Driver
@@ -19,8 +20,8 @@ from .record import GraphRecord, GraphState
 from .registry import Registry
 from .streams import check_capture_stream, claims
 
-__all__ = ["Session", "begin", "end", "abort", "warm_up", "run_eager", "refuse_on_capturing_thread",
-           "end_abandoned_capture", "exit_guard"]
+__all__ = ["Session", "begin", "end", "abort", "discard_open", "discard_own", "wait_for_no_session",
+           "refuse_on_capturing_thread", "end_abandoned_capture", "exit_guard"]
 
 _thread = threading.local()  # .open: the sessions that really capture, opened by this thread
 
@@ -49,55 +50,99 @@ def refuse_on_capturing_thread(op: str) -> None:
         raise CaptureError(f"cannot {op} while this thread is capturing graph {graph_id}: while a graph "
                            "is being captured on a thread, the synchronizing, allocating, instantiating "
                            "or freeing calls this needs would fail there and invalidate that capture; "
-                           "end it first, or use another thread")
+                           f"end it first (its provider's end_capture(capture), discard_capture({graph_id}) "
+                           "or close()), or use another thread")
+
+
+def wait_for_no_session(reg: Registry, op: str, deadline: float | None) -> None:
+    """Under the lock: one capture at a time per provider. Wait (releasing the lock) until the
+    provider has no open capture, up to ``deadline`` (``time.monotonic()``; ``None``: do not wait);
+    refuse at once when the calling thread owns the open capture."""
+    while reg.session is not None:
+        session = reg.session
+        left = 0.0 if deadline is None else deadline - time.monotonic()
+        if session.thread == threading.get_ident() or left <= 0:
+            waited = "" if deadline is None or session.thread == threading.get_ident() else \
+                f"waited {reg.stream_wait_timeout:g} s: "
+            raise CaptureError(f"cannot {op}: {waited}graph {session.record.graph_id} is being captured "
+                               f"(thread {session.thread}); one capture at a time per provider")
+        reg.idle.wait(left)
+        reg.check_open()
+
+
+def _check_can_begin(reg: Registry, graph_id: int, deadline: float | None) -> None:
+    """Under the lock: the refusals of :func:`begin` (nothing changes); waits for another thread's
+    open capture of this provider until ``deadline`` (``None``: refuse at once)."""
+    reg.entry()
+    refuse_on_capturing_thread(f"capture graph {graph_id}")
+    wait_for_no_session(reg, f"capture graph {graph_id}", deadline)
+    if graph_id in reg.records:
+        raise GraphStateError(f"cannot capture graph {graph_id}: it already exists "
+                              f"({reg.records[graph_id].state.value}); release it first")
 
 
 def begin(reg: Registry, graph_id: int, stream, step, guard_factory) -> Capture:
-    """Open a capture of ``graph_id`` owned by the calling thread; no state changes on failure."""
-    with reg.lock:
-        reg.entry()
-        if reg.session is not None:
-            raise CaptureError(f"cannot capture graph {graph_id}: graph {reg.session.record.graph_id} is "
-                               f"being captured (thread {reg.session.thread}); one capture at a time")
-        refuse_on_capturing_thread(f"capture graph {graph_id}")
-        if graph_id in reg.records:
-            raise GraphStateError(f"cannot capture graph {graph_id}: it already exists "
-                                  f"({reg.records[graph_id].state.value}); release it first")
-        handle = reg.resolve_stream(stream)
-        check_capture_stream(handle, graphs_enabled=reg.graphs_enabled)
-        prev = reg.ctx.enter()
-        guard = guard_factory()
-        entered, claimed = False, None
-        try:
-            if reg.graphs_enabled:
-                claims.claim_capture(handle, graph_id)
-                claimed = "capture"
-            else:  # eager work must not land in (or invalidate) someone else's capture of the stream
-                claims.acquire(handle, f"run graph {graph_id} eagerly")
-                claimed = "use"
-            reg.check_stream(handle, f"capture graph {graph_id}")
-            guard.__enter__()
-            entered = True
-            if reg.graphs_enabled:
-                reg.driver.stream_begin_capture(handle, CaptureMode.THREAD_LOCAL)
-        except BaseException as exc:
-            attach_cleanup_errors(exc, exit_guard(guard, exc) if entered else [])
-            if claimed == "capture":
-                claims.release_capture(handle)
-            elif claimed == "use":
-                claims.release(handle)
-            reg.ctx.restore(prev, exc)
-            raise
-        record = GraphRecord(graph_id, handle, eager=not reg.graphs_enabled, owner=reg.token, step=step)
-        if record.eager:
-            record.mark_issuing()
-        cap = Capture(reg.driver, record, reg.device, relaxed=reg.graphs_enabled, host_errors=reg.host_errors)
-        session = Session(threading.get_ident(), cap, record, prev, guard, claimed)
-        reg.records[graph_id] = record
-        reg.session = session
+    """Open a capture of ``graph_id`` owned by the calling thread; no state changes on failure.
+
+    Waits its turn (up to the provider's ``stream_wait_timeout`` each): for another thread's open
+    capture of this provider (one at a time), then, outside the lock, for the stream (operations
+    of other threads on it); the refusals are checked before each wait and again after it."""
+    deadline = time.monotonic() + reg.stream_wait_timeout
+    while True:
+        with reg.lock:
+            _check_can_begin(reg, graph_id, deadline)
+            handle = reg.resolve_stream(stream)
+            check_capture_stream(handle, graphs_enabled=reg.graphs_enabled)
         if reg.graphs_enabled:
-            _thread.open = _open_here() + [session]
-        return cap
+            claims.claim_capture(handle, graph_id, reg.stream_wait_timeout)
+            claimed = "capture"
+        else:  # eager work must not land in (or invalidate) someone else's capture of the stream
+            claims.acquire(handle, f"run graph {graph_id} eagerly", reg.stream_wait_timeout)
+            claimed = "use"
+        try:
+            with reg.lock:
+                if reg.session is None or reg.session.thread == threading.get_ident():
+                    _check_can_begin(reg, graph_id, None)  # again: the wait let other callers in
+                    return _open(reg, graph_id, handle, step, guard_factory, claimed)
+        except BaseException:
+            _unclaim(handle, claimed)
+            raise
+        _unclaim(handle, claimed)  # another thread's capture began meanwhile: wait for it unclaimed
+
+
+def _open(reg: Registry, graph_id: int, handle: int, step, guard_factory, claimed: str) -> Capture:
+    """Under the lock, with ``handle`` claimed: begin the capture (or the eager run)."""
+    prev = reg.ctx.enter()
+    guard = guard_factory()
+    entered = False
+    try:
+        reg.check_stream(handle, f"capture graph {graph_id}")
+        guard.__enter__()
+        entered = True
+        if reg.graphs_enabled:
+            reg.driver.stream_begin_capture(handle, CaptureMode.THREAD_LOCAL)
+    except BaseException as exc:
+        attach_cleanup_errors(exc, exit_guard(guard, exc) if entered else [])
+        reg.ctx.restore(prev, exc)
+        raise
+    record = GraphRecord(graph_id, handle, eager=not reg.graphs_enabled, owner=reg.token, step=step,
+                         wait_timeout=reg.stream_wait_timeout)
+    if record.eager:
+        record.mark_issuing()
+    cap = Capture(reg.driver, record, reg.device, relaxed=reg.graphs_enabled, host_errors=reg.host_errors)
+    session = Session(threading.get_ident(), cap, record, prev, guard, claimed)
+    reg.records[graph_id] = record
+    reg.session = session
+    if reg.graphs_enabled:
+        _thread.open = _open_here() + [session]
+    return cap
+
+
+def _unclaim(handle: int, claimed: str | None) -> None:
+    if claimed == "capture":
+        claims.release_capture(handle)
+    elif claimed == "use":
+        claims.release(handle)
 
 
 def _owned(reg: Registry, capture: Capture, what: str) -> Session:
@@ -146,6 +191,39 @@ def abort(reg: Registry, capture: Capture, error: BaseException) -> None:
     _discard(reg, session, error)
 
 
+def discard_open(reg: Registry, graph_id: int, error: BaseException) -> None:
+    """Discard this provider's open capture of ``graph_id`` (owner thread only) because of
+    ``error``, which gets the cleanup errors attached. Raises :class:`CaptureError`, changing
+    nothing, when there is no such capture or another thread owns it."""
+    with reg.lock:
+        session = reg.session
+        if session is None or session.record.graph_id != graph_id:
+            what = "no capture is open" if session is None else \
+                f"the open capture is of graph {session.record.graph_id}"
+            raise CaptureError(f"cannot discard the capture of graph {graph_id}: {what} on this provider")
+        if session.thread != threading.get_ident():
+            raise CaptureError(f"cannot discard the capture of graph {graph_id} from thread "
+                               f"{threading.get_ident()}: {reg.owner_hint()}")
+    _discard(reg, session, error)
+
+
+def discard_own(reg: Registry) -> list[BaseException]:
+    """``close()``: discard the provider's open capture if the calling thread owns it (a capture
+    abandoned by an interrupted caller); returns the cleanup errors. Never raises for captures of
+    other threads (``teardown`` refuses those, naming the owner)."""
+    with reg.lock:
+        session = reg.session
+        if session is None or session.thread != threading.get_ident():
+            return []
+    notice = CaptureError(f"the capture of graph {session.record.graph_id} was still open when the "
+                          "provider was closed; it was discarded")
+    try:
+        _discard(reg, session, notice)
+    except CaptureError:  # discarded meanwhile by this thread (cannot happen from another)
+        return []
+    return list(getattr(notice, "cleanup_errors", []))
+
+
 def _discard(reg: Registry, session: Session, error: BaseException) -> None:
     record, errors = session.record, []
     with reg.lock:
@@ -175,10 +253,7 @@ def _close_session(session: Session) -> None:
     if any(s is session for s in _open_here()):
         _thread.open = [s for s in _open_here() if s is not session]
     claimed, session.claimed = session.claimed, None
-    if claimed == "capture":
-        claims.release_capture(session.record.stream)
-    elif claimed == "use":
-        claims.release(session.record.stream)
+    _unclaim(session.record.stream, claimed)
 
 
 def _finish(reg: Registry, session: Session, error: BaseException | None) -> None:
@@ -186,6 +261,7 @@ def _finish(reg: Registry, session: Session, error: BaseException | None) -> Non
     session.capture.expire()
     with reg.lock:
         reg.session = None
+        reg.idle.notify_all()  # a capture of another thread may be waiting its turn
     errors = exit_guard(session.guard, error)
     if error is not None:
         attach_cleanup_errors(error, errors)
@@ -194,64 +270,6 @@ def _finish(reg: Registry, session: Session, error: BaseException | None) -> Non
     reg.ctx.restore(session.prev_ctx, None)
     if errors:
         raise errors[0]
-
-
-def warm_up(reg: Registry, graph_id: int, step: Callable[[Capture], None], stream) -> None:
-    """Run ``step`` once eagerly on the capture stream (compiling and loading its kernels), wait for
-    it outside the lock, and free its staging buffers."""
-    with reg.lock:
-        reg.entry()
-        refuse_on_capturing_thread(f"warm up graph {graph_id}")
-        if reg.session is not None:
-            raise CaptureError(f"cannot warm up graph {graph_id}: graph {reg.session.record.graph_id} is "
-                               "being captured")
-        if graph_id in reg.records:
-            raise GraphStateError(f"cannot capture graph {graph_id}: it already exists")
-        handle = reg.resolve_stream(stream)
-        check_capture_stream(handle, graphs_enabled=True)
-        with reg.ctx.current():
-            reg.check_stream(handle, f"warm up graph {graph_id}")  # before the step touches it
-        reg.hold()
-    try:
-        with reg.ctx.current(), claims.use(handle, f"warm up graph {graph_id}"):
-            scratch = GraphRecord(graph_id, handle, eager=True, owner=reg.token)  # never registered
-            scratch.mark_issuing()
-            cap = Capture(reg.driver, scratch, reg.device, relaxed=False, host_errors=reg.host_errors)
-            try:
-                step(cap)
-            except BaseException as exc:
-                cap.expire()
-                attach_cleanup_errors(exc, reg.disposal.drop(scratch))
-                raise
-            cap.expire()
-            errors = reg.disposal.drop(scratch)  # waits for the run, frees its buffers
-            if errors:
-                raise attach_cleanup_errors(errors[0], errors[1:])
-    finally:
-        reg.unhold()
-
-
-def run_eager(reg: Registry, record: GraphRecord) -> None:
-    """Graphs disabled: run a recorded step again, eagerly, reusing its first run's staging buffers.
-    An exception the step raises reaches the caller unchanged (cleanup errors attached)."""
-    if record.step is None:
-        raise GraphStateError(f"graph {record.graph_id} ran eagerly (graphs disabled) from a capture "
-                              "block and has nothing to replay; use record(graph_id, step) instead")
-    cap = Capture(reg.driver, record, reg.device, relaxed=False, host_errors=reg.host_errors,
-                  reuse=record.buffers)
-    with claims.use(record.stream, f"replay graph {record.graph_id} eagerly"):
-        record.mark_issuing()
-        try:
-            record.step(cap)
-        except BaseException as exc:
-            cap.expire()
-            try:
-                record.mark_run(reg.driver)
-            except Exception as cleanup:
-                attach_cleanup_errors(exc, [cleanup])
-            raise
-        cap.expire()
-        record.mark_run(reg.driver)
 
 
 def end_abandoned_capture(driver: Driver, record: GraphRecord) -> list[BaseException]:

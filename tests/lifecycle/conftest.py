@@ -15,14 +15,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import time
 
 import numpy as np
 import pytest
 
-from lifecycle import CaptureMode, GraphProvider, RealDriver
+from lifecycle import CaptureMode, DriverError, GraphProvider, RealDriver
 from lifecycle.testing import FaultInjectingDriver, SimDriver
 
 _SIM_LEFTOVERS = {"streams", "ctx_retains"}  # the backend's own streams and context
+SIM_SPIN_S = 0.0002    # the simulated spin kernel: long next to the simulator's own steps
+SPIN_NS = 100_000      # the real spin kernel: 100 us, far longer than a launch (~3 us)
+SPIN_STEP_NS = 1_000   # one nanosleep (the instruction sleeps at most ~1 ms)
 
 
 @functools.cache
@@ -146,8 +150,18 @@ class SimBackend(_Backend):
         """``dst += src`` on ``stream`` (a kernel launch)."""
         self.sim.launch_kernel(int(getattr(stream, "stream", stream)), np.add, dst, src, dst)
 
+    def spin(self, stream) -> None:
+        """Long GPU work on ``stream`` (a kernel that takes ``SIM_SPIN_S`` seconds)."""
+        self.sim.launch_kernel(int(getattr(stream, "stream", stream)), lambda: time.sleep(SIM_SPIN_S))
+
+    capture_guard = None
+
     def forbidden_alloc(self) -> None:
         self.sim.device_array(4)
+
+    #: What :meth:`forbidden_alloc` raises during a capture (with ``code`` 900,
+    #: ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``).
+    forbidden_alloc_error = DriverError
 
     def violations(self) -> list:
         return list(self.sim.violations)
@@ -173,7 +187,12 @@ def _real_kernels():
         if i < dst.size:
             dst[i] += src[i]
 
-    return add
+    @cuda.jit
+    def spin(ns):
+        for _ in range(ns // SPIN_STEP_NS):
+            cuda.nanosleep(SPIN_STEP_NS)
+
+    return add, spin
 
 
 class RealBackend(_Backend):
@@ -188,7 +207,17 @@ class RealBackend(_Backend):
         self.cuda = cuda
         warm_dst, warm_src = self.zeros(4), self.zeros(4)  # compile and load before any capture
         self.add(0, warm_dst, warm_src)
+        self.spin(0)
         cuda.synchronize()
+        # Numba frees device memory lazily, flushing its queue (cuMemFree) in whatever thread drops
+        # an array once more than CUDA_DEALLOCS_COUNT are pending, e.g. inside gc.collect() or an
+        # automatic collection. cuMemFree waits for the whole device: with a graph blocked on a
+        # test's gate, that thread stalls until the gate's own timeout, the graph then finishes,
+        # and whatever the test checks next is seen ~20 s late (issue 22 item 5: a staging buffer
+        # "gone while release had not returned"). So no flush runs during a test: the queue is
+        # held from here to close().
+        self._held_frees = cuda.defer_cleanup()
+        self._held_frees.__enter__()
 
     def zeros(self, n, dtype=np.float32, device: int | None = None):
         with self.on(self.device if device is None else device):
@@ -202,10 +231,31 @@ class RealBackend(_Backend):
         from lifecycle.numba_glue import launch
         handle = int(getattr(stream, "stream", stream))
         numba_stream = 0 if handle == 0 else self.cuda.external_stream(handle)
-        launch(_real_kernels(), (dst.size + 127) // 128, 128, numba_stream, dst, src)
+        launch(_real_kernels()[0], (dst.size + 127) // 128, 128, numba_stream, dst, src)
+
+    def spin(self, stream) -> None:
+        """Long GPU work on ``stream``: one warp sleeping ``SPIN_NS`` nanoseconds in total."""
+        from lifecycle.numba_glue import launch
+        handle = int(getattr(stream, "stream", stream))
+        launch(_real_kernels()[1], 1, 32, 0 if handle == 0 else self.cuda.external_stream(handle), SPIN_NS)
+
+    @property
+    def capture_guard(self):
+        from lifecycle.numba_glue import hold_deallocations
+        return hold_deallocations
 
     def forbidden_alloc(self) -> None:
         self.cuda.device_array(4)
+
+    def close(self) -> None:
+        with self.on(self.device):
+            self._held_frees.__exit__(None, None, None)  # the next deallocation flushes the queue
+        super().close()
+
+    @property
+    def forbidden_alloc_error(self):
+        from numba.cuda.cudadrv.driver import CudaAPIError
+        return CudaAPIError
 
 
 def _params():

@@ -119,26 +119,36 @@ def test_a_nested_capture_on_one_thread_is_refused_and_the_open_one_completes(ba
     backend.assert_clean()
 
 
-def test_a_stream_lifecycle_captures_refuses_other_providers_waits(backend):
-    """Two providers sharing a stream: a wait on it from another thread would invalidate the capture."""
+def test_a_stream_lifecycle_captures_makes_other_providers_waits_wait_their_turn(backend):
+    """Two providers sharing a stream: a wait or launch on it from another thread would invalidate
+    (or land in) the capture, so it waits until the capture ended, then runs."""
     s, dst = backend.stream(), backend.zeros(8)
     with backend.provider() as p, backend.provider() as q:
         capture_payload(q, 3, s, dst, 3.0)
-        errors = []
-        with p.capture(7, stream=s):
-            for op in (q.synchronize, q.release, q.replay):
-                t = threading.Thread(target=lambda op=op: errors.append(_error_of(op, 3)))
-                t.start()
-                t.join(20)
-        assert [type(e) for e in errors] == [StreamError] * 3 and "being captured for graph 7" in str(errors[0])
-        q.replay(3)
+        errors, threads = [], []
+        with p.capture(7, stream=s) as cap:
+            for op in (q.replay, q.synchronize):
+                threads.append(threading.Thread(target=lambda op=op: errors.append(_error_of(op, 3))))
+                threads[-1].start()
+            threads[0].join(0.3)
+            assert all(t.is_alive() for t in threads) and errors == [], "a wait ran inside the capture"
+            cap.copy_to_device(dst, cap.stage(np.full(8, 7.0, np.float32)))
+            assert backend.capture_status(s) is CaptureStatus.ACTIVE
+        for t in threads:
+            t.join(20)
+        assert errors == [None, None]
+        q.synchronize(3)
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 3.0))
         q.release(3)
+        p.replay(7)
+        p.synchronize(7)
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 7.0))
     backend.assert_clean()
 
 
 def test_eager_work_and_a_capture_never_share_a_stream_at_once(backend):
     """An eager provider's step on a stream another provider captures would be captured into (or
-    invalidate) that graph: each side refuses while the other holds the stream."""
+    invalidate) that graph: each side waits while the other holds the stream."""
     s, dst = backend.stream(), backend.zeros(8)
     step = lambda cap: cap.copy_to_device(dst, cap.stage(np.ones(8, np.float32)))  # noqa: E731
     with backend.provider() as p, backend.provider(graphs=False) as eager:
@@ -146,12 +156,14 @@ def test_eager_work_and_a_capture_never_share_a_stream_at_once(backend):
         with p.capture(7, stream=s) as cap:
             t = threading.Thread(target=lambda: errors.append(_error_of(eager.record, 1, step, stream=s)))
             t.start()
-            t.join(20)
+            t.join(0.3)
+            assert t.is_alive() and eager.graph_ids() == (), "the eager step ran inside the capture"
             cap.copy_to_device(dst, cap.stage(np.full(8, 7.0, np.float32)))
-        assert isinstance(errors[0], StreamError) and "being captured for graph 7" in str(errors[0])
-        assert eager.graph_ids() == ()
+        t.join(20)
+        assert errors == [None] and eager.graph_ids() == (1,)
+        eager.release(1)
         # The eager record is begun and ended on one worker thread (thread-local capture), held
-        # open while this thread tries to capture on the same stream.
+        # open while this thread tries to capture on the same stream: the capture waits for it.
         opened, done = threading.Event(), threading.Event()
         failures = []
 
@@ -167,10 +179,15 @@ def test_eager_work_and_a_capture_never_share_a_stream_at_once(backend):
         t = threading.Thread(target=hold_eager_record)
         t.start()
         assert opened.wait(20) and not failures, failures
-        with pytest.raises(StreamError, match="in use by another operation"):
-            with p.capture(8, stream=s):
-                pass
-        done.set()
+        with backend.provider(stream_wait_timeout=0.2) as impatient:
+            with pytest.raises(StreamError, match=r"waited 0\.2 s for stream .* in use by"):
+                with impatient.capture(8, stream=s):
+                    pass
+            assert impatient.graph_ids() == () and impatient.counters.capturing == 0
+        threading.Timer(0.2, done.set).start()
+        with p.capture(8, stream=s) as cap:  # waits until the eager record ended
+            assert eager.graph_ids() == (2,) and eager.state(2).value == "ready"
+            cap.copy_to_device(dst, cap.stage(np.full(8, 8.0, np.float32)))
         t.join(20)
         assert not failures, failures
         p.replay(7)

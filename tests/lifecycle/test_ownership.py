@@ -29,23 +29,25 @@ def test_capture_replay_release_moves_through_states(backend):
     backend.assert_clean()
 
 
-def test_second_capture_while_one_is_open_is_refused(backend):
+def test_second_capture_while_one_is_open_is_refused_on_its_thread_and_waits_on_others(backend):
     s, s2, dst = backend.stream(), backend.stream(), backend.zeros(8)
     with backend.provider() as p:
         cap = p.begin_capture(7, stream=s)
         before = p.counters
-        with pytest.raises(CaptureError, match="graph 7 is being captured"):
+        with pytest.raises(CaptureError, match="this thread is capturing graph 7"):
             p.begin_capture(8, stream=s2)
         errors = []
-        t = threading.Thread(target=lambda: _record_error(errors, lambda: p.begin_capture(9, stream=s2)))
+        t = threading.Thread(target=lambda: _record_error(errors, lambda: capture_payload(p, 9, s2, dst, 9.0)))
         t.start()
-        t.join(10)
-        assert isinstance(errors[0], CaptureError)
+        t.join(0.3)
+        assert t.is_alive() and errors == [], "another thread's capture did not wait its turn"
         assert p.counters == before and p.graph_ids() == (7,)
         assert backend.capture_status(s2) is CaptureStatus.NONE
         p.end_capture(cap)
+        t.join(10)
+        assert errors == [] and p.graph_ids() == (7, 9)
         capture_payload(p, 8, s2, dst, 1.0)  # the refused id is free
-        assert p.graph_ids() == (7, 8)
+        assert p.graph_ids() == (7, 8, 9)
     backend.assert_clean()
 
 
@@ -121,25 +123,26 @@ def test_a_graph_cannot_be_replayed_while_it_is_being_captured(backend):
     backend.assert_clean()
 
 
-def test_stream_being_captured_refuses_replay_and_release_of_other_graphs(backend):
+def test_stream_being_captured_makes_other_threads_wait_and_refuses_its_own_thread(backend):
     s, dst = backend.stream(), backend.zeros(8)
     with backend.provider() as p:
         capture_payload(p, 7, s, dst, 7.0)
         cap = p.begin_capture(8, stream=s)
-        errors = []
+        errors, threads = [], []
         for op in (p.replay, p.release):
-            t = threading.Thread(target=lambda op=op: _record_error(errors, lambda: op(7)))
-            t.start()
-            t.join(10)
-        assert [type(e) for e in errors] == [StreamError, StreamError]
-        assert "being captured for graph 8" in str(errors[0])
+            threads.append(threading.Thread(target=lambda op=op: _record_error(errors, lambda: op(7))))
+            threads[-1].start()
+            threads[-1].join(0.2)
+        assert all(t.is_alive() for t in threads) and errors == [], "another thread did not wait its turn"
         with pytest.raises(CaptureError, match="while this thread is capturing"):
             p.release(7)  # would synchronize and free inside the owner's capture
-        with pytest.raises(StreamError):
-            p.replay(7)  # would be captured into graph 8
+        with pytest.raises(StreamError, match="being captured for graph 8 by this thread"):
+            p.replay(7)  # would be captured into graph 8; waiting for itself would never end
+        assert backend.capture_status(s) is CaptureStatus.ACTIVE and p.graph_ids() == (7, 8)
         p.end_capture(cap)
-        p.replay(7)
-        p.release(7)
+        for t in threads:
+            t.join(20)
+        assert len(errors) <= 1 and all(isinstance(e, GraphStateError) for e in errors)  # replay after release
         assert p.graph_ids() == (8,)
     backend.assert_clean()
 

@@ -1,9 +1,11 @@
 """Teardown: close() and the context-manager exit release everything, idempotently; counters prove it."""
 
+import threading
+
 import numpy as np
 import pytest
 
-from lifecycle import CaptureError, ClosedError, Counters
+from lifecycle import CaptureError, CaptureStatus, ClosedError, Counters, DriverError
 
 
 def _graph(p, graph_id, stream, dst, *, buffers=1):
@@ -65,16 +67,30 @@ def test_context_manager_exit_closes_even_when_the_block_raises(backend):
     backend.assert_clean()
 
 
-def test_close_while_a_capture_is_open_is_refused_without_state_change(backend):
+def test_close_from_another_thread_while_a_capture_is_open_is_refused_naming_the_owner(backend):
     s = backend.stream()
     p = backend.provider()
     cap = p.begin_capture(7, stream=s)
-    with pytest.raises(CaptureError, match="being captured"):
-        p.close()
+    errors = []
+    t = threading.Thread(target=lambda: errors.append(_error_of(p.close)), name="closer")
+    t.start()
+    t.join(20)
+    assert isinstance(errors[0], CaptureError)
+    message = str(errors[0])
+    assert f"by thread {threading.get_ident()} (MainThread)" in message and "discard_capture(7)" in message
     assert not p.closed and p.counters.capturing == 1
+    assert backend.capture_status(s) is CaptureStatus.ACTIVE
     p.end_capture(cap)
     p.close()
     backend.assert_clean()
+
+
+def _error_of(fn, *args):
+    try:
+        fn(*args)
+    except Exception as exc:
+        return exc
+    return None
 
 
 def test_failed_cleanup_is_retried_by_close(backend):
@@ -82,7 +98,7 @@ def test_failed_cleanup_is_retried_by_close(backend):
     drv = backend.instrumented({"graph_exec_destroy": 1, "mem_free_host": 1})
     p = backend.provider(drv)
     _graph(p, 7, s, dst)
-    with pytest.raises(Exception) as info:
+    with pytest.raises(DriverError, match="cuGraphExecDestroy") as info:
         p.release(7)
     assert info.value is drv.injected[0]
     assert drv.injected[1] in info.value.cleanup_errors  # both failures reported

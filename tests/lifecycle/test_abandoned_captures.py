@@ -1,0 +1,154 @@
+"""Issue 22, item 1: an abandoned capture never wedges a thread.
+
+A capture begun with ``begin_capture`` whose ``end_capture`` never comes (a notebook cell raised in
+between) is discarded by its provider's ``close()``, by leaving the provider's ``with`` block on an
+exception, and by ``discard_capture(graph_id)``: the stream leaves capture, the partial graph and
+its staging buffers are freed, and the thread may capture, release and close again. Another
+thread cannot end it (CUDA): ``close()`` there is refused, naming the owner thread.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+from lifecycle import CaptureError, CaptureStatus, GraphState
+
+from payloads import capture_payload
+
+WAIT = 20.0
+
+
+class Boom(Exception):
+    pass
+
+
+def _abandon(p, graph_id, stream, dst):
+    """Begin a capture with a staged copy, a host function and a kernel, and lose its handle."""
+    cap = p.begin_capture(graph_id, stream=stream)
+    cap.copy_to_device(dst, cap.stage(np.full(dst.shape, 5.0, np.float32)))
+    cap.host_func(lambda: None)
+    return cap.graph_id
+
+
+def _thread_is_usable(backend, stream):
+    """Every provider on this thread captures, replays, releases and closes again."""
+    dst = backend.zeros(8)
+    with backend.provider() as q:
+        capture_payload(q, 1, stream, dst, 4.0)
+        q.replay(1)
+        q.synchronize(1)
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 4.0))
+        q.release(1)
+
+
+def test_close_discards_its_own_abandoned_capture(backend):
+    s, dst = backend.stream(), backend.zeros(8)
+    p = backend.provider()
+    capture_payload(p, 2, s, dst, 2.0)
+    _abandon(p, 3, s, dst)
+    assert p.counters.capturing == 1 and backend.capture_status(s) is CaptureStatus.ACTIVE
+    p.close()  # the next cell: no CaptureError, the capture is discarded, everything released
+    assert p.closed and p.counters.graphs_alive == 0 and p.counters.pinned_buffers == 0
+    assert backend.capture_status(s) is CaptureStatus.NONE
+    _thread_is_usable(backend, s)
+    backend.assert_clean()
+
+
+def test_leaving_the_with_block_on_an_exception_discards_the_capture(backend):
+    s, dst = backend.stream(), backend.zeros(8)
+    boom = Boom()
+    with pytest.raises(Boom) as info:
+        with backend.provider() as p:
+            _abandon(p, 3, s, dst)
+            raise boom
+    assert info.value is boom and not getattr(boom, "cleanup_errors", [])
+    assert p.closed and p.counters.capturing == 0 and p.counters.pinned_buffers == 0
+    assert backend.capture_status(s) is CaptureStatus.NONE
+    _thread_is_usable(backend, s)
+    backend.assert_clean()
+
+
+def test_discard_capture_by_graph_id_frees_the_thread_and_the_id(backend):
+    s, dst = backend.stream(), backend.zeros(8)
+    drv = backend.instrumented()
+    with backend.provider(drv) as p:
+        _abandon(p, 3, s, dst)
+        with pytest.raises(CaptureError, match="no capture of graph|the open capture is of graph 3"):
+            p.discard_capture(4)
+        assert p.counters.capturing == 1, "a refused discard changed something"
+        p.discard_capture(3)
+        assert p.graph_ids() == () and p.counters.capturing == 0 and p.counters.pinned_buffers == 0
+        assert p.counters.host_funcs == 0 and drv.live_resources().get("graphs", 0) == 0
+        assert backend.capture_status(s) is CaptureStatus.NONE
+        with pytest.raises(CaptureError, match="no capture is open"):
+            p.discard_capture(3)
+        _thread_is_usable(backend, s)
+        capture_payload(p, 3, s, dst, 6.0)  # the id is free again
+        p.replay(3)
+        p.synchronize(3)
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 6.0))
+    backend.assert_clean(drv)
+
+
+def test_discard_capture_from_another_thread_is_refused_naming_the_owner(backend):
+    s, dst = backend.stream(), backend.zeros(8)
+    with backend.provider() as p:
+        _abandon(p, 3, s, dst)
+        errors = []
+
+        def other():
+            for op in (lambda: p.discard_capture(3), p.close):
+                try:
+                    op()
+                except CaptureError as exc:
+                    errors.append(exc)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(WAIT)
+        assert len(errors) == 2
+        for error in errors:
+            assert f"thread {threading.get_ident()} (MainThread)" in str(error)
+            assert "discard_capture(3)" in str(error)
+        assert p.counters.capturing == 1 and not p.closed
+        assert backend.capture_status(s) is CaptureStatus.ACTIVE
+    assert p.closed and backend.capture_status(s) is CaptureStatus.NONE  # the owner's exit discards it
+    backend.assert_clean()
+
+
+def test_a_refused_inner_capture_leaves_the_outer_open_and_abortable(backend):
+    """``p0.begin_capture`` then ``p1.begin_capture`` on one thread: the inner one is refused before
+    touching anything; the outer stays open (documented), can still be ended or discarded, and
+    nothing leaks on either provider."""
+    s0, s1, dst = backend.stream(), backend.stream(), backend.zeros(8)
+    d0, d1 = backend.instrumented(), backend.instrumented()
+    with backend.provider(d0) as p0, backend.provider(d1) as p1:
+        outer = p0.begin_capture(3, stream=s0)
+        outer.copy_to_device(dst, outer.stage(np.full(8, 3.0, np.float32)))
+        calls = sum(d1.calls.values())
+        with pytest.raises(CaptureError, match="while this thread is capturing graph 3"):
+            p1.begin_capture(4, stream=s1)
+        assert sum(d1.calls.values()) == calls, "the refused provider touched the driver"
+        assert p1.counters.capturing == 0 and p1.graph_ids() == () and d1.live_resources().get("pinned", 0) == 0
+        assert backend.capture_status(s0) is CaptureStatus.ACTIVE and outer.state is GraphState.CAPTURING
+        assert backend.capture_status(s1) is CaptureStatus.NONE
+        p0.discard_capture(3)  # abortable by id (the handle would do too: abort_capture(outer, error))
+        assert outer.state is GraphState.DISCARDED and backend.capture_status(s0) is CaptureStatus.NONE
+        capture_payload(p1, 4, s1, dst, 4.0)  # the inner capture now works
+        p1.replay(4)
+        p1.synchronize(4)
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 4.0))
+    backend.assert_clean(d0, d1)
+
+
+def test_close_from_a_thread_capturing_for_another_provider_is_still_refused(backend):
+    s0, s1, dst = backend.stream(), backend.stream(), backend.zeros(8)
+    with backend.provider() as p0, backend.provider() as p1:
+        capture_payload(p1, 1, s1, dst, 1.0)
+        cap = p0.begin_capture(3, stream=s0)
+        with pytest.raises(CaptureError, match="while this thread is capturing graph 3"):
+            p1.close()
+        assert not p1.closed and p1.graph_ids() == (1,)
+        p0.end_capture(cap)
+    backend.assert_clean()
