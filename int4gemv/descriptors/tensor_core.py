@@ -46,7 +46,7 @@ def bind(plan, ops):
     p, d = plan.problem, ops.weight
     bias = ops.bias if p.bias else d["no_bias"]
     args = (ops.act.view(np.uint16), d["packed"], d["scales_flat"].view(np.uint16),
-            d["zero_points_flat"], bias, p.bias, ops.out, p.K, p.N)
+            d["zero_points_flat"], bias, p.bias, ops.out, p.K, p.N, p.M)
     return Launch(tensor_core_kernel(plan.config), args, plan.grid, plan.block)
 
 

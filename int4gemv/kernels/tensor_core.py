@@ -36,6 +36,7 @@ clamped for loads and never stored; group indices are clamped to the row.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import numpy as np
 from numba import cuda, float32
@@ -60,19 +61,24 @@ _LANE_BYTES = 16
 _SEGMENT_BYTES = SEGMENT // 2
 
 
-@functools.lru_cache(maxsize=None)
 def tensor_core_kernel(config: TensorCoreConfig):
     """The compiled kernel of ``config``. Arguments, in order:
-    ``(act, packed, scales, zero_points, bias, has_bias, out, K, N)``: act uint16 ``[M*K]``
+    ``(act, packed, scales, zero_points, bias, has_bias, out, K, N, M)``: act uint16 ``[M*K]``
     (activation bits); packed uint8 ``[N * ceil(K/bs) * bs/2]``; scales uint16 ``[N *
     ceil(K/bs)]`` (fp16 or bf16 bits); zero_points uint8 ``[N * ceil(ceil(K/bs)/2)]`` (read only
     when ``config.zero_points``); bias ``[N]`` (float16, or uint16 bf16 bits; read only if
     has_bias); out ``[M*N]`` (float16, or uint16 bf16 bits). ``packed`` 16-byte aligned (8 when
-    not ``weight_vector``), ``act`` 16-byte aligned when ``act_vector``."""
+    not ``weight_vector``), ``act`` 16-byte aligned when ``act_vector``. ``M`` is a run-time
+    argument: one compilation serves every M with the same number of 8-row tiles."""
     if not isinstance(config, TensorCoreConfig):
         raise TypeError(f"config must be a TensorCoreConfig; got {type(config).__name__}")
+    return _compile(replace(config, M=8 * config.row_tiles))
+
+
+@functools.lru_cache(maxsize=None)
+def _compile(config):
     F16 = config.dtype == "float16"
-    M, BS, ZP = config.M, config.block_size, config.zero_points
+    BS, ZP = config.block_size, config.zero_points
     C, U, KS, WARPS, MT = config.tiles, config.unroll, config.ksplit, config.warps, config.row_tiles
     SLOTS = config.slots
     W_VEC, ACT_VEC = config.weight_vector, config.act_vector
@@ -96,7 +102,7 @@ def tensor_core_kernel(config: TensorCoreConfig):
         return (lo[0], lo[1], hi[0], hi[1])
 
     @cuda.jit(device=True, inline=True)
-    def load_act(act, m, k, K):
+    def load_act(act, m, k, K, M):
         """Activations ``[m, k .. k + 8)`` as 4 uint32 pairs; zeros past K or for m >= M."""
         if m >= M or k >= K:
             return (_Z, _Z, _Z, _Z)
@@ -149,7 +155,7 @@ def tensor_core_kernel(config: TensorCoreConfig):
                         zv[c, h, u, p] = z
 
     @cuda.jit(device=True, inline=True)
-    def fold(act, s0, seg_end, g, t, K, raw, sv, zv, acc):
+    def fold(act, s0, seg_end, g, t, K, M, raw, sv, zv, acc):
         """Add one step's products to ``acc[tile, row tile, 0..3]`` (warp-uniform control)."""
         xs = cuda.local.array((MT, 4), np.uint32)
         for u in range(U):
@@ -157,7 +163,7 @@ def tensor_core_kernel(config: TensorCoreConfig):
             if s < seg_end:
                 for i in range(4):
                     for mt in range(MT):
-                        x = load_act(act, 8 * mt + g, SEGMENT * s + 32 * t + 8 * i, K)
+                        x = load_act(act, 8 * mt + g, SEGMENT * s + 32 * t + 8 * i, K, M)
                         for e in range(4):
                             xs[mt, e] = x[e]
                     p = i // 2 if P == 2 else 0
@@ -176,7 +182,7 @@ def tensor_core_kernel(config: TensorCoreConfig):
                                     acc[c, mt, r] = d[r]
 
     @cuda.jit(device=True, inline=True)
-    def store(acc, col0, g, t, N, bias, has_bias, out):
+    def store(acc, col0, g, t, N, M, bias, has_bias, out):
         """Write the group's outputs (+ bias): d0, d1 column g, d2, d3 column g + 8."""
         for c in range(C):
             for mt in range(MT):
@@ -195,7 +201,7 @@ def tensor_core_kernel(config: TensorCoreConfig):
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
 
     @cuda.jit(**bounds)
-    def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N):
+    def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N, M):
         lane = cuda.threadIdx.x % 32
         warp = cuda.threadIdx.x // 32
         g, t = lane >> 2, lane & 3
@@ -228,7 +234,7 @@ def tensor_core_kernel(config: TensorCoreConfig):
                     s0 = seg_begin + st * U
                     issue(packed, scales, zero_points, col0, s0, seg_end, g, t, N, nb, nzb,
                           row_bytes, raw, sv, zv)
-                    fold(act, s0, seg_end, g, t, K, raw, sv, zv, acc)
+                    fold(act, s0, seg_end, g, t, K, M, raw, sv, zv, acc)
             if KS > 1:                          # split-K: add the slices in kpart order
                 if kpart != 0:
                     for c in range(C):
@@ -244,7 +250,7 @@ def tensor_core_kernel(config: TensorCoreConfig):
                                     acc[c, mt, r] += red[warp + q, (c * MT + mt) * 4 + r, lane]
                 cuda.syncthreads()
             if kpart == 0 and grp < groups:
-                store(acc, col0, g, t, N, bias, has_bias, out)
+                store(acc, col0, g, t, N, M, bias, has_bias, out)
             blk += cuda.gridDim.x
 
     return kernel
