@@ -18,15 +18,18 @@ Mapping (lane ``l``: ``g = l // 4``, ``t = l % 4``; a *segment* is 128 elements 
 
 The ``mma`` sums its 16 k over the four lanes of a group, which hold different 32-element
 ranges of K: the mapping permutes K, identically for A and B, so the sum is unchanged, and every
-lane's loads are contiguous. Weight pairs are the exact ``(q - zp)`` of :mod:`.nibble_pairs`
-(fp16) or :mod:`.bf16_pairs` (bf16), multiplied by their group's scale (one half2 rounding, as
-a dequantized weight in the activations' dtype; bs 16: two groups per lane and segment).
+lane's loads are contiguous. Weight pairs are the exact ``(q - zp)`` of :mod:`.mma_pairs`
+(fp16 as in :mod:`.nibble_pairs`, and bf16), multiplied by their group's scale (one x2
+rounding, as a dequantized weight in the activations' dtype; bs 16: two groups per lane and
+segment).
 
 Work: a block's ``warps`` fold ``warps / ksplit`` column groups at once; the ``ksplit`` warps of
 a group each take a contiguous slice of the segments, then add their partial sums through shared
 memory in a fixed order (no atomics; the result does not depend on timing). The grid is
 persistent: block ``b`` takes block-rounds ``b, b + gridDim, ...``. A warp's step issues the
-weight, scale and zero-point loads of ``tiles x unroll`` segments before folding any.
+weight, scale and zero-point loads of ``tiles x unroll`` segments before folding any; with
+``double_buffer`` the next step's loads are issued before this step folds. A step that lies
+wholly inside K and the warp's slice (warp-uniform) runs without guards or clamps.
 
 Tails: a segment word past the packed row is not loaded (zero); activations past K (whole 8-element
 chunks: K % 8 == 0) or in rows >= M are zero, so padding nibbles add exactly 0; columns past N are
@@ -42,11 +45,10 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
-from .bf16_pairs import NEG_ZERO_BF16X2, NO_ZP_OFFSET_BF16, bf16x2_fma, dequant_pair_bf16, \
-    zero_point_offset_bf16
-from .intrinsics import SIMULATED, half2_fma
+from .intrinsics import SIMULATED
 from .mma import mma_bf16, mma_f16
-from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, zero_point_offset
+from .mma_pairs import NO_ZP_OFFSET_BF16, scaled_pair_bf16, scaled_pair_f16, zero_point_offset_bf16
+from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
 from .tensor_core_config import SEGMENT, TILE_COLS, TensorCoreConfig
 from .vector_loads import load8, load16
 
@@ -80,12 +82,11 @@ def _compile(config):
     F16 = config.dtype == "float16"
     BS, ZP = config.block_size, config.zero_points
     C, U, KS, WARPS, MT = config.tiles, config.unroll, config.ksplit, config.warps, config.row_tiles
-    SLOTS = config.slots
+    SLOTS, DOUBLE = config.slots, config.double_buffer
     W_VEC, ACT_VEC = config.weight_vector, config.act_vector
     P = 2 if BS == 16 else 1                    # scale groups in a lane's 32 elements
     GROUP_COLS = TILE_COLS * C
     NO_ZP = NO_ZP_OFFSET if F16 else NO_ZP_OFFSET_BF16
-    NEG0 = NEG_ZERO_BF16X2                      # (-0, -0): the same bits in fp16 and bf16
     mma = mma_f16 if F16 else mma_bf16
     RED = (WARPS, C * MT * 4, 32) if KS > 1 else (1, 1, 1)
 
@@ -102,11 +103,11 @@ def _compile(config):
         return (lo[0], lo[1], hi[0], hi[1])
 
     @cuda.jit(device=True, inline=True)
-    def load_act(act, m, k, K, M):
-        """Activations ``[m, k .. k + 8)`` as 4 uint32 pairs; zeros past K or for m >= M."""
-        if m >= M or k >= K:
+    def load_act(act, offset, valid):
+        """8 activations from element ``offset`` as 4 uint32 pairs; zeros unless ``valid``."""
+        if not valid:
             return (_Z, _Z, _Z, _Z)
-        o = m * K + k
+        o = offset
         if ACT_VEC:
             return load16(act, o)
         return (np.uint32(act[o]) | (np.uint32(act[o + 1]) << _SIXTEEN),
@@ -128,42 +129,50 @@ def _compile(config):
         return s2, z
 
     @cuda.jit(device=True, inline=True)
-    def weight_pair(w, w_shifted, b, z, s2):
-        """``((q[2b] - zp) * scale, (q[2b+1] - zp) * scale)`` of word ``w``, as x2 bits."""
-        if F16:
-            return half2_fma(dequant_pair(w, b, z), s2, NEG0)
-        return bf16x2_fma(dequant_pair_bf16(w, w_shifted, b, z), s2, NEG0)
-
-    @cuda.jit(device=True, inline=True)
-    def issue(packed, scales, zero_points, col0, s0, seg_end, g, t, N, nb, nzb, row_bytes,
-              raw, sv, zv):
-        """Issue every weight, scale and zero-point load of one step before any is used."""
+    def issue(packed, scales, zero_points, cols, s0, seg_end, t, nb, nzb, row_bytes,
+              raw, sv, zv, full):
+        """Issue every weight, scale and zero-point load of one step before any is used.
+        ``full`` (warp-uniform): every segment of the step lies inside K and the warp's slice,
+        so the guards and clamps fold away."""
         for c in range(C):
             for h in range(2):
-                n = min(col0 + TILE_COLS * c + 8 * h + g, N - 1)
+                n = cols[c, h]
                 for u in range(U):
                     s = s0 + u
                     within = _SEGMENT_BYTES * s + _LANE_BYTES * t
-                    x = load_weights(packed, n * row_bytes + within, within + 8 < row_bytes,
-                                     s < seg_end and within < row_bytes)
+                    x = load_weights(packed, n * row_bytes + within,
+                                     full or within + 8 < row_bytes,
+                                     full or (s < seg_end and within < row_bytes))
                     for i in range(4):
                         raw[c, h, u, i] = x[i]
                     for p in range(P):
-                        gi = min((SEGMENT * s + 32 * t) // BS + p, nb - 1)
-                        s2, z = group_constants(scales, zero_points, n, gi, nb, nzb)
+                        gi = (SEGMENT * s + 32 * t) // BS + p
+                        s2, z = group_constants(scales, zero_points, n,
+                                                gi if full else min(gi, nb - 1), nb, nzb)
                         sv[c, h, u, p] = s2
                         zv[c, h, u, p] = z
 
     @cuda.jit(device=True, inline=True)
-    def fold(act, s0, seg_end, g, t, K, M, raw, sv, zv, acc):
-        """Add one step's products to ``acc[tile, row tile, 0..3]`` (warp-uniform control)."""
+    def pair(w, w_shifted, b, z, s2):
+        """The scaled operand pair of byte ``b`` of word ``w`` (fp16 or bf16 bits)."""
+        if F16:
+            return scaled_pair_f16(w, b, z, s2)
+        return scaled_pair_bf16(w, w_shifted, b, z, s2)
+
+    @cuda.jit(device=True, inline=True)
+    def fold(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc, full):
+        """Add one step's products to ``acc[tile, row tile, 0..3]`` (warp-uniform control;
+        ``act_at[mt]``: this lane's activation offset of segment 0, ``rows_ok[mt]``: its row
+        exists)."""
         xs = cuda.local.array((MT, 4), np.uint32)
         for u in range(U):
             s = s0 + u
-            if s < seg_end:
+            if full or s < seg_end:
                 for i in range(4):
+                    k = SEGMENT * s + 8 * i
                     for mt in range(MT):
-                        x = load_act(act, 8 * mt + g, SEGMENT * s + 32 * t + 8 * i, K, M)
+                        x = load_act(act, act_at[mt] + k,
+                                     rows_ok[mt] and (full or k + 32 * t < K))
                         for e in range(4):
                             xs[mt, e] = x[e]
                     p = i // 2 if P == 2 else 0
@@ -171,15 +180,36 @@ def _compile(config):
                         w0, w1 = raw[c, 0, u, i], raw[c, 1, u, i]
                         w0s, w1s = w0 >> _FOUR, w1 >> _FOUR
                         for jj in range(2):
-                            a0 = weight_pair(w0, w0s, 2 * jj, zv[c, 0, u, p], sv[c, 0, u, p])
-                            a2 = weight_pair(w0, w0s, 2 * jj + 1, zv[c, 0, u, p], sv[c, 0, u, p])
-                            a1 = weight_pair(w1, w1s, 2 * jj, zv[c, 1, u, p], sv[c, 1, u, p])
-                            a3 = weight_pair(w1, w1s, 2 * jj + 1, zv[c, 1, u, p], sv[c, 1, u, p])
+                            a0 = pair(w0, w0s, 2 * jj, zv[c, 0, u, p], sv[c, 0, u, p])
+                            a2 = pair(w0, w0s, 2 * jj + 1, zv[c, 0, u, p], sv[c, 0, u, p])
+                            a1 = pair(w1, w1s, 2 * jj, zv[c, 1, u, p], sv[c, 1, u, p])
+                            a3 = pair(w1, w1s, 2 * jj + 1, zv[c, 1, u, p], sv[c, 1, u, p])
                             for mt in range(MT):
                                 d = mma(a0, a1, a2, a3, xs[mt, 2 * jj], xs[mt, 2 * jj + 1],
                                         acc[c, mt, 0], acc[c, mt, 1], acc[c, mt, 2], acc[c, mt, 3])
                                 for r in range(4):
                                     acc[c, mt, r] = d[r]
+
+    @cuda.jit(device=True, inline=True)
+    def step_is_full(s0, seg_end, K):
+        return s0 + U <= seg_end and SEGMENT * (s0 + U) <= K
+
+    @cuda.jit(device=True, inline=True)
+    def issue_step(packed, scales, zero_points, cols, s0, seg_end, t, K, nb, nzb, row_bytes,
+                   raw, sv, zv):
+        if step_is_full(s0, seg_end, K):
+            issue(packed, scales, zero_points, cols, s0, seg_end, t, nb, nzb, row_bytes,
+                  raw, sv, zv, True)
+        else:
+            issue(packed, scales, zero_points, cols, s0, seg_end, t, nb, nzb, row_bytes,
+                  raw, sv, zv, False)
+
+    @cuda.jit(device=True, inline=True)
+    def fold_step(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc):
+        if step_is_full(s0, seg_end, K):
+            fold(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc, True)
+        else:
+            fold(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc, False)
 
     @cuda.jit(device=True, inline=True)
     def store(acc, col0, g, t, N, M, bias, has_bias, out):
@@ -216,9 +246,18 @@ def _compile(config):
         steps = (per_warp + U - 1) // U
         groups = (N + GROUP_COLS - 1) // GROUP_COLS
         rounds = (groups + SLOTS - 1) // SLOTS
+        act_at = cuda.local.array(MT, np.int64)     # hoisted: this lane's row and K offset
+        rows_ok = cuda.local.array(MT, np.bool_)
+        for mt in range(MT):
+            rows_ok[mt] = 8 * mt + g < M
+            act_at[mt] = (8 * mt + g) * K + 32 * t
+        cols = cuda.local.array((C, 2), np.int64)
         raw = cuda.local.array((C, 2, U, 4), np.uint32)
         sv = cuda.local.array((C, 2, U, P), np.uint32)
         zv = cuda.local.array((C, 2, U, P), np.uint32)
+        raw2 = cuda.local.array((C, 2, U, 4) if DOUBLE else (1, 1, 1, 1), np.uint32)
+        sv2 = cuda.local.array((C, 2, U, P) if DOUBLE else (1, 1, 1, 1), np.uint32)
+        zv2 = cuda.local.array((C, 2, U, P) if DOUBLE else (1, 1, 1, 1), np.uint32)
         acc = cuda.local.array((C, MT, 4), float32)
         red = cuda.shared.array(RED, float32)
         blk = cuda.blockIdx.x
@@ -226,15 +265,36 @@ def _compile(config):
             grp = blk * SLOTS + slot
             col0 = grp * GROUP_COLS
             for c in range(C):
+                for h in range(2):
+                    cols[c, h] = min(col0 + TILE_COLS * c + 8 * h + g, N - 1)
                 for mt in range(MT):
                     for r in range(4):
                         acc[c, mt, r] = float32(0.0)
-            if grp < groups:                    # warp-uniform
-                for st in range(steps):
-                    s0 = seg_begin + st * U
-                    issue(packed, scales, zero_points, col0, s0, seg_end, g, t, N, nb, nzb,
-                          row_bytes, raw, sv, zv)
-                    fold(act, s0, seg_end, g, t, K, M, raw, sv, zv, acc)
+            if grp < groups and seg_begin < seg_end:    # warp-uniform
+                if DOUBLE:  # the next step's loads are in flight while this one folds
+                    issue_step(packed, scales, zero_points, cols, seg_begin, seg_end, t, K, nb,
+                               nzb, row_bytes, raw, sv, zv)
+                    st = 0
+                    while st < steps:
+                        s0 = seg_begin + st * U
+                        if st + 1 < steps:
+                            issue_step(packed, scales, zero_points, cols, s0 + U, seg_end, t, K,
+                                       nb, nzb, row_bytes, raw2, sv2, zv2)
+                        fold_step(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc)
+                        st += 1
+                        if st < steps:
+                            if st + 1 < steps:
+                                issue_step(packed, scales, zero_points, cols, s0 + 2 * U,
+                                           seg_end, t, K, nb, nzb, row_bytes, raw, sv, zv)
+                            fold_step(act, act_at, rows_ok, s0 + U, seg_end, t, K, raw2, sv2,
+                                      zv2, acc)
+                            st += 1
+                else:
+                    for st in range(steps):
+                        s0 = seg_begin + st * U
+                        issue_step(packed, scales, zero_points, cols, s0, seg_end, t, K, nb,
+                                   nzb, row_bytes, raw, sv, zv)
+                        fold_step(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc)
             if KS > 1:                          # split-K: add the slices in kpart order
                 if kpart != 0:
                     for c in range(C):

@@ -67,6 +67,9 @@ class TensorCoreConfig:
         Packed rows are 16-byte aligned (one 16-byte load per lane; else two 8-byte loads).
     act_vector : bool
         Activations are 16-byte aligned (16-byte loads; else element loads).
+    double_buffer : bool
+        Double-buffered steps: the next step's weight loads are issued before this step is
+        folded (twice the weight registers; loads always in flight).
     """
 
     dtype: str
@@ -80,13 +83,14 @@ class TensorCoreConfig:
     blocks_per_sm: int = 2
     weight_vector: bool = True
     act_vector: bool = True
+    double_buffer: bool = False
 
     def __post_init__(self):
         for name in ("M", "block_size", "tiles", "unroll", "ksplit", "warps", "blocks_per_sm"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"TensorCoreConfig.{name} must be an int; got {type(value).__name__}")
-        for name in ("zero_points", "weight_vector", "act_vector"):
+        for name in ("zero_points", "weight_vector", "act_vector", "double_buffer"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"TensorCoreConfig.{name} must be a bool")
 
