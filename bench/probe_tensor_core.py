@@ -48,11 +48,28 @@ def plans(name):
             for zp in (False, True):
                 if (bs, zp) != (32, False):
                     rows.append(("lm_head", 16, bs, zp, "float16", {}))
-    if name in ("first", "tune"):
+    if name == "first":
         for over in ({"tiles": 2}, {"unroll": 4}, {"blocks_per_sm": 2}, {"tiles": 2, "unroll": 1}):
             rows.append(("lm_head", 16, 32, False, "float16", over))
         for over in ({"ksplit": 4}, {"ksplit": 16, "warps": 16, "blocks_per_sm": 1}):
             rows.append(("gate/up", 16, 32, False, "float16", over))
+    if name == "tune":
+        db = {"double_buffer": True}
+        for M in (16, 8):
+            rows.append(("lm_head", M, 32, False, "float16", {}))
+            for over in (db, {**db, "blocks_per_sm": 2}, {**db, "unroll": 1},
+                         {**db, "unroll": 1, "tiles": 2}, {"blocks_per_sm": 2}):
+                rows.append(("lm_head", M, 32, False, "float16", over))
+        for shape in ("gate/up", "down", "k/v"):
+            rows.append((shape, 16, 32, False, "float16", {}))
+            rows.append((shape, 16, 32, False, "float16", db))
+        for over in ({**db, "ksplit": 4}, {**db, "ksplit": 16, "warps": 16, "blocks_per_sm": 1}):
+            rows.append(("gate/up", 16, 32, False, "float16", over))
+        rows.append(("down", 16, 32, False, "float16", {**db, "ksplit": 8, "warps": 8}))
+        rows.append(("lm_head", 16, 128, True, "float16", {}))
+        rows.append(("lm_head", 16, 128, True, "float16", db))
+        rows.append(("lm_head", 16, 32, False, "bfloat16", db))
+        rows.append(("lm_head", 1, 32, False, "float16", db))
     return rows
 
 
@@ -195,9 +212,10 @@ def main(argv=None):
               f"c{config.tiles}u{config.unroll}k{config.ksplit}w{config.warps}b{config.blocks_per_sm} "
               f"{t.us:8.2f} us floor {fl:7.2f} x{t.us / fl:5.2f} tinygemm {tg or 0:7.2f} "
               f"err {err:.1e} written {written} regs {regs} local {local}", flush=True)
-        if shape == "lm_head" and M == 16 and bs == 32 and not zp and not override:
+        if shape == "lm_head" and M == 16 and bs == 32 and not zp and override in ({}, {"double_buffer": True}):
             sass = first(kernel.inspect_sass())
-            with open(os.path.join(args.out, f"sass-tensor-core-{dtype}.txt"), "w") as f:
+            tag = "-db" if override else ""
+            with open(os.path.join(args.out, f"sass-tensor-core-{dtype}{tag}.txt"), "w") as f:
                 f.write(sass)
             ops = {}
             for line in sass.splitlines():

@@ -223,6 +223,15 @@ def test_configuration_paths(rng, overrides, dtype, M):
     check(y, a, w, bias, dtype)
 
 
+def test_a_slice_that_is_not_a_whole_number_of_steps(rng):
+    # K = 648: 6 segments, ksplit 2 -> 3 per warp, unroll 2: each warp's second step holds one
+    # segment of its own; the next segment belongs to the other warp (a "full" step must not
+    # take it)
+    a, w, bias = make(rng, 9, 648, 32, False, 3, "float16")
+    y, config = run(a, w, bias, "float16", multiprocessors=1, ksplit=2, unroll=2)
+    check(y, a, w, bias, "float16")
+
+
 def test_persistent_rounds_with_split_k(rng):
     # one block of 2 slots x ksplit 2 walks 3 column groups: the last round has an idle slot
     a, w, bias = make(rng, 48, 256, 64, True, 5, "bfloat16")
