@@ -53,6 +53,26 @@ def plans(name):
             rows.append(("lm_head", 16, 32, False, "float16", over))
         for over in ({"ksplit": 4}, {"ksplit": 16, "warps": 16, "blocks_per_sm": 1}):
             rows.append(("gate/up", 16, 32, False, "float16", over))
+    if name == "both":   # every target row, as chosen and double-buffered, most important first
+        db = {"double_buffer": True}
+        order = [(shape, M, 32, False, "float16") for M in (16, 8) for shape in BIG]
+        order += [("lm_head", 16, bs, zp, "float16") for bs in (16, 32, 64, 128)
+                  for zp in (False, True) if (bs, zp) != (32, False)]
+        order += [(shape, M, 32, False, "bfloat16") for shape in BIG for M in (16, 8, 2)]
+        order += [(shape, M, 32, False, "float16") for shape in ("k/v", "q/o", "gate_up")
+                  for M in (16, 8, 2)]
+        order += [(shape, M, 32, False, "float16") for shape in BIG for M in (1, 2, 4)]
+        for i, row in enumerate(order):
+            rows.append((*row, {}))
+            rows.append((*row, db))
+            if i == 5:   # after the big shapes at M = 16 and 8: the other tunings
+                for M in (16, 8):
+                    for over in ({**db, "blocks_per_sm": 2}, {**db, "unroll": 1},
+                                 {**db, "unroll": 1, "tiles": 2}):
+                        rows.append(("lm_head", M, 32, False, "float16", over))
+                for over in ({**db, "ksplit": 4}, {**db, "ksplit": 16, "warps": 16, "blocks_per_sm": 1}):
+                    rows.append(("gate/up", 16, 32, False, "float16", over))
+                rows.append(("down", 16, 32, False, "float16", {**db, "ksplit": 8, "warps": 8}))
     if name == "tune":
         db = {"double_buffer": True}
         for M in (16, 8):
@@ -75,10 +95,17 @@ def plans(name):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="folder for the JSON and SASS (needed to run the probe)")
+    ap.add_argument("--table", metavar="PROBE_JSON", help="print the table of a saved run; run nothing")
     ap.add_argument("--budget", type=float, default=150, help="seconds before rows are skipped")
-    ap.add_argument("--plan", default="first", choices=("first", "formats", "tune", "final"))
+    ap.add_argument("--plan", default="first", choices=("first", "formats", "tune", "final", "both"))
     args = ap.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(table(json.load(f)["rows"]))
+        return
+    if not args.out:
+        ap.error("--out is required to run the probe")
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
 
@@ -200,7 +227,7 @@ def main(argv=None):
         t = time_issue(lambda i, h: bound[i % copies].launch(h), copies)
         nbytes = wbytes + M * K * 2 + M * N * 2
         fl = floor_us(nbytes)
-        tg = tinygemm_us(N, K, M) if dtype == "float16" and bs == 32 and not zp and not override else None
+        tg = tinygemm_us(N, K, M) if dtype == "float16" and bs == 32 and not zp else None
         regs = first(kernel.get_regs_per_thread())
         local = first(kernel.get_local_mem_per_thread())
         row = dict(kind="tensor_core", shape=shape, N=N, K=K, M=M, bs=bs, zp=zp, dtype=dtype,
@@ -251,17 +278,17 @@ def main(argv=None):
 
 
 def table(rows):
-    """Target table: µs, × floor, tinygemm / ours, bf16 / fp16 at the same shape and M."""
-    lines = [f"{'shape':8} {'M':>2} {'bs':>3} {'zp':>2} {'dtype':8} {'us':>8} {'xfloor':>6} {'tg/us':>6} {'bf/fp':>6}"]
-    fp16 = {(r["shape"], r["M"]): r["us"] for r in rows if r["dtype"] == "float16" and r["bs"] == 32
-            and not r["zp"] and not r["override"]}
+    """Target table: µs, × floor, tinygemm / ours, bf16 / fp16 at the same shape, M and overrides."""
+    lines = [f"{'shape':8} {'M':>2} {'bs':>3} {'zp':>2} {'dtype':8} {'over':14} {'us':>8} {'xfloor':>6} "
+             f"{'tg/us':>6} {'bf/fp':>6}"]
+    fp16 = {(r["shape"], r["M"], str(r["override"])): r["us"] for r in rows
+            if r["dtype"] == "float16" and r["bs"] == 32 and not r["zp"]}
     for r in rows:
-        if r["override"]:
-            continue
+        over = ",".join(f"{k[:2]}{int(v)}" for k, v in r["override"].items())
         tg = f"{r['tinygemm_us'] / r['us']:6.2f}" if r["tinygemm_us"] else f"{'':6}"
-        bf = (f"{r['us'] / fp16[(r['shape'], r['M'])]:6.2f}" if r["dtype"] == "bfloat16"
-              and (r["shape"], r["M"]) in fp16 else f"{'':6}")
-        lines.append(f"{r['shape']:8} {r['M']:2d} {r['bs']:3d} {int(r['zp']):2d} {r['dtype']:8} "
+        key = (r["shape"], r["M"], str(r["override"]))
+        bf = f"{r['us'] / fp16[key]:6.2f}" if r["dtype"] == "bfloat16" and key in fp16 else f"{'':6}"
+        lines.append(f"{r['shape']:8} {r['M']:2d} {r['bs']:3d} {int(r['zp']):2d} {r['dtype']:8} {over:14} "
                      f"{r['us']:8.2f} {r['us'] / r['floor_us']:6.2f} {tg} {bf}")
     return "\n".join(lines)
 
