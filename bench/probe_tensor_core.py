@@ -73,6 +73,18 @@ def plans(name):
                 for over in ({**db, "ksplit": 4}, {**db, "ksplit": 16, "warps": 16, "blocks_per_sm": 1}):
                     rows.append(("gate/up", 16, 32, False, "float16", over))
                 rows.append(("down", 16, 32, False, "float16", {**db, "ksplit": 8, "warps": 8}))
+    if name == "final2":   # the last call: the most important rows first (each config compiles once)
+        t2 = {"tiles": 2, "blocks_per_sm": 2}
+        rows += [("lm_head", 16, 32, False, "float16", {}), ("lm_head", 8, 32, False, "float16", {}),
+                 ("gate/up", 16, 32, False, "float16", {}), ("gate/up", 8, 32, False, "float16", {}),
+                 ("down", 16, 32, False, "float16", {}), ("down", 8, 32, False, "float16", {}),
+                 ("lm_head", 16, 32, False, "float16", t2), ("lm_head", 8, 32, False, "float16", t2)]
+        rows += [("lm_head", M, 32, False, "float16", {}) for M in (2, 1, 4)]
+        rows += [("gate/up", M, 32, False, "float16", {}) for M in (2, 1, 4)]
+        rows += [("lm_head", 16, 32, False, "bfloat16", {}), ("lm_head", 16, 128, True, "float16", {}),
+                 ("lm_head", 16, 16, True, "float16", {}), ("k/v", 16, 32, False, "float16", {}),
+                 ("q/o", 16, 32, False, "float16", {}), ("down", 2, 32, False, "float16", {}),
+                 ("gate_up", 16, 32, False, "float16", {}), ("lm_head", 8, 32, False, "bfloat16", {})]
     if name == "tune":
         db = {"double_buffer": True}
         for M in (16, 8):
@@ -98,7 +110,7 @@ def main(argv=None):
     ap.add_argument("--out", help="folder for the JSON and SASS (needed to run the probe)")
     ap.add_argument("--table", metavar="PROBE_JSON", help="print the table of a saved run; run nothing")
     ap.add_argument("--budget", type=float, default=150, help="seconds before rows are skipped")
-    ap.add_argument("--plan", default="first", choices=("first", "formats", "tune", "final", "both"))
+    ap.add_argument("--plan", default="first", choices=("first", "formats", "tune", "final", "both", "final2"))
     args = ap.parse_args(argv)
     if args.table:
         with open(args.table) as f:

@@ -24,8 +24,8 @@ import int4gemv as ig
 from int4gemv.descriptor import Problem
 from int4gemv.dispatch import plan_gemv
 from int4gemv.kernels.mma import mma_bf16, mma_f16
-from int4gemv.kernels.mma_pairs import scaled_pair_bf16, scaled_pair_f16, zero_point_offset_bf16
-from int4gemv.kernels.nibble_pairs import zero_point_offset
+from int4gemv.kernels.mma_pairs import (scaled_pair_bf16, scaled_pair_f16, zero_point_offset_bf16,
+                                        zero_point_offset_f16)
 from int4gemv.kernels.tensor_core import tensor_core_kernel
 from int4gemv.kernels.tensor_core_config import TensorCoreConfig, choose_config, geometry
 from int4gemv.tuning import Tuning, resolve_tuning
@@ -95,7 +95,8 @@ def _pairs_kernel(dtype):
             zp = np.uint32(zps[z])
             for b in range(4):
                 if F16:
-                    out[i, z, b] = scaled_pair_f16(w, b, zero_point_offset(zp), s2)
+                    out[i, z, b] = scaled_pair_f16(w, w >> np.uint32(4), b,
+                                                   zero_point_offset_f16(zp), s2)
                 else:
                     out[i, z, b] = scaled_pair_bf16(w, w >> np.uint32(4), b,
                                                     zero_point_offset_bf16(zp), s2)

@@ -1,10 +1,17 @@
 """INT4 nibbles to scaled ``mma`` operand pairs ``((q[2b] - zp) s, (q[2b+1] - zp) s)`` in natural
 order, fp16 and bf16, with ``lop3.b32`` and ``fma.rn.bf16x2`` (and simulator stand-ins).
 
-fp16: :mod:`.nibble_pairs`'s exact ``(q - zp)`` (PRMT, then ``(x & mask) | magic`` as ONE
-``lop3`` — written as two LLVM operations ptxas emitted two LOP3 with immediates on the H200,
-bench/NOTES.md —, then one ``fma.rn.f16x2``), times the group scale (one ``fma.rn.f16x2`` with
-``-0``: a single rounding). bf16 has a unit step between 128 and 256, so
+Both dtypes take the same steps. One ``prmt.b32`` takes byte ``b`` of the word ``w`` into the
+low half and byte ``b`` of ``w >> 4`` into the high half, so both nibbles land in bits 0..3 of
+their half; one ``lop3`` (``(x & 0x000F000F) | magic``: written as two LLVM operations, ptxas
+emitted two LOP3 with immediates on the H200, bench/NOTES.md) gives ``(M + q[2b], M + q[2b+1])``
+exactly, with ``M = 1024`` in fp16 (a unit step between 1024 and 2048) and ``M = 128`` in bf16
+(a unit step between 128 and 256); one FMA with ``(1, 1)`` and ``-(M + zp)`` (an add: ptxas
+needs no constant register for the 1) gives ``(q[2b] - zp, q[2b+1] - zp)``, exact (integers of
+magnitude <= 15); one FMA with the group scale and ``-0`` rounds the product once. Per 8
+elements: 1 shift, 4 PRMT, 4 LOP3, 8 FMA. (The fp16 form of :mod:`.nibble_pairs` saves the
+shift with a ``(1, 1/16)`` multiplier, but that constant occupied a register, rematerialized
+before each FMA at the kernel's 80-register bound.) bf16 has a unit step between 128 and 256, so
 ``0x4300 | q`` is ``128 + q`` exactly. Its mantissa has 7 bits, so the high nibble of a byte
 cannot stay where it is (bits 4..7 would reach the exponent); instead one ``prmt.b32`` takes byte
 ``b`` of the word ``w`` into the low half and byte ``b`` of ``w >> 4`` into the high half, so both
@@ -23,11 +30,12 @@ from .intrinsics import SIMULATED, half2_fma
 from .nibble_pairs import byte_perm
 
 __all__ = ["and_or", "bf16x2_fma", "scaled_pair_f16", "scaled_pair_bf16", "zero_point_offset_bf16",
-           "NO_ZP_OFFSET_BF16", "ONE_BF16X2", "NEG_ZERO_BF16X2"]
+           "zero_point_offset_f16", "NO_ZP_OFFSET_F16", "NO_ZP_OFFSET_BF16", "ONE_BF16X2", "NEG_ZERO_BF16X2"]
 
-_MASK16 = np.uint32(0x00F0000F)         # fp16: low nibble of the low half, high of the high
 _MAGIC16 = np.uint32(0x64006400)        # half2 (1024, 1024)
-_SCALE16 = np.uint32(0x2C003C00)        # half2 (1, 1/16)
+_ONE16 = np.uint32(0x3C003C00)          # half2 (1, 1)
+#: ``zero_point_offset_f16(8)``: the offsets of a weight without zero points.
+NO_ZP_OFFSET_F16 = np.uint32(0xE408E408)
 
 _MASK = np.uint32(0x000F000F)
 _MAGIC = np.uint32(0x43004300)          # bf16x2 (128, 128)
@@ -90,11 +98,18 @@ def zero_point_offset_bf16(zp):
 
 
 @cuda.jit(device=True, inline=True)
-def scaled_pair_f16(w, b, offset, s2):
+def zero_point_offset_f16(zp):
+    """half2 ``(-(1024 + zp), -(1024 + zp))`` for nibble zero point ``zp`` (uint32)."""
+    return (np.uint32(0xE400) + zp) * _PAIR
+
+
+@cuda.jit(device=True, inline=True)
+def scaled_pair_f16(w, w_shifted, b, offset, s2):
     """half2 ``((q[2b] - zp) s, (q[2b+1] - zp) s)`` of byte ``b`` (a constant 0..3) of uint32 ``w``;
-    ``offset``: :func:`~.nibble_pairs.zero_point_offset`; ``s2``: half2 ``(s, s)``."""
-    v = and_or(byte_perm(w, np.uint32(0), np.uint32(0x1111 * b)), _MASK16, _MAGIC16)
-    return half2_fma(half2_fma(v, _SCALE16, offset), s2, NEG_ZERO_BF16X2)
+    ``w_shifted`` is ``w >> 4``, ``offset``: :func:`zero_point_offset_f16`; ``s2``: half2
+    ``(s, s)``."""
+    v = and_or(byte_perm(w, w_shifted, np.uint32(0x4400 + 0x1111 * b)), _MASK, _MAGIC16)
+    return half2_fma(half2_fma(v, _ONE16, offset), s2, NEG_ZERO_BF16X2)
 
 
 @cuda.jit(device=True, inline=True)

@@ -47,8 +47,8 @@ from numba import cuda, float32
 from . import bf16
 from .intrinsics import SIMULATED
 from .mma import mma_bf16, mma_f16
-from .mma_pairs import NO_ZP_OFFSET_BF16, scaled_pair_bf16, scaled_pair_f16, zero_point_offset_bf16
-from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
+from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, scaled_pair_f16,
+                        zero_point_offset_bf16, zero_point_offset_f16)
 from .tensor_core_config import SEGMENT, TILE_COLS, TensorCoreConfig
 from .vector_loads import load8, load16
 
@@ -74,7 +74,10 @@ def tensor_core_kernel(config: TensorCoreConfig):
     argument: one compilation serves every M with the same number of 8-row tiles."""
     if not isinstance(config, TensorCoreConfig):
         raise TypeError(f"config must be a TensorCoreConfig; got {type(config).__name__}")
-    return _compile(replace(config, M=8 * config.row_tiles))
+    tiles = 8 * config.row_tiles
+    # compiled per row-tile count, and whether every row of the tiles exists (M = 8 or 16:
+    # activation loads without predicates); M itself is a run-time argument
+    return _compile(replace(config, M=tiles if config.M == tiles else tiles - 1))
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,10 +86,11 @@ def _compile(config):
     BS, ZP = config.block_size, config.zero_points
     C, U, KS, WARPS, MT = config.tiles, config.unroll, config.ksplit, config.warps, config.row_tiles
     SLOTS, DOUBLE = config.slots, config.double_buffer
+    FULL_ROWS = config.M == 8 * MT               # every row of the row tiles exists
     W_VEC, ACT_VEC = config.weight_vector, config.act_vector
     P = 2 if BS == 16 else 1                    # scale groups in a lane's 32 elements
     GROUP_COLS = TILE_COLS * C
-    NO_ZP = NO_ZP_OFFSET if F16 else NO_ZP_OFFSET_BF16
+    NO_ZP = NO_ZP_OFFSET_F16 if F16 else NO_ZP_OFFSET_BF16
     mma = mma_f16 if F16 else mma_bf16
     RED = (WARPS, C * MT * 4, 32) if KS > 1 else (1, 1, 1)
 
@@ -123,7 +127,7 @@ def _compile(config):
         if ZP:
             byte = np.uint32(zero_points[n * nzb + (gi >> 1)])
             zp = (byte >> np.uint32((gi & 1) * 4)) & _NIBBLE
-            z = zero_point_offset(zp) if F16 else zero_point_offset_bf16(zp)
+            z = zero_point_offset_f16(zp) if F16 else zero_point_offset_bf16(zp)
         else:
             z = NO_ZP
         return s2, z
@@ -156,7 +160,7 @@ def _compile(config):
     def pair(w, w_shifted, b, z, s2):
         """The scaled operand pair of byte ``b`` of word ``w`` (fp16 or bf16 bits)."""
         if F16:
-            return scaled_pair_f16(w, b, z, s2)
+            return scaled_pair_f16(w, w_shifted, b, z, s2)
         return scaled_pair_bf16(w, w_shifted, b, z, s2)
 
     @cuda.jit(device=True, inline=True)
@@ -249,7 +253,7 @@ def _compile(config):
         act_at = cuda.local.array(MT, np.int64)     # hoisted: this lane's row and K offset
         rows_ok = cuda.local.array(MT, np.bool_)
         for mt in range(MT):
-            rows_ok[mt] = 8 * mt + g < M
+            rows_ok[mt] = FULL_ROWS or 8 * mt + g < M
             act_at[mt] = (8 * mt + g) * K + 32 * t
         cols = cuda.local.array((C, 2), np.int64)
         raw = cuda.local.array((C, 2, U, 4), np.uint32)
