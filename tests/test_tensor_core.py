@@ -209,7 +209,7 @@ def test_n_tails(rng, N):
 
 @pytest.mark.parametrize("overrides, dtype, M", [
     (dict(tiles=2), "float16", 10), (dict(tiles=4, unroll=1), "bfloat16", 3),
-    (dict(unroll=4), "float16", 3), (dict(ksplit=4, unroll=1), "bfloat16", 3),
+    (dict(unroll=4, double_buffer=False), "float16", 3), (dict(double_buffer=False), "bfloat16", 16), (dict(ksplit=4, unroll=1), "bfloat16", 3),
     (dict(double_buffer=True, unroll=1), "float16", 3),
     (dict(double_buffer=True, unroll=2, ksplit=2), "bfloat16", 10),
     (dict(double_buffer=True, unroll=1, ksplit=4), "float16", 3),
@@ -256,7 +256,9 @@ def test_config_validates_itself():
 
 def test_choice_fills_the_gpu_and_splits_k_only_when_needed():
     lm = choose_config(16, 151936, 2048, 32, "float16", False)
-    assert lm.ksplit == 1 and lm.row_tiles == 2
+    assert lm.ksplit == 1 and lm.row_tiles == 2 and lm.blocks_per_sm == 3 and not lm.double_buffer
+    down = choose_config(16, 2048, 6144, 32, "float16", False)
+    assert down.ksplit == 16 and down.blocks_per_sm == 1 and down.double_buffer
     small = choose_config(8, 2048, 2048, 32, "float16", False)
     assert small.ksplit == 16 and small.warps == 16 and small.row_tiles == 1
     grid, block = geometry(small, 2048, 132)
