@@ -182,8 +182,10 @@ def test_block_sizes_zero_points_bias(rng, dtype, bs, zp):
 @pytest.mark.parametrize("M", range(1, 17))
 def test_every_batch_size(rng, M):
     # one 8-row tile up to M = 8, two beyond; rows >= M are padding that is never stored
-    dtype = "float16" if M % 2 else "bfloat16"
-    a, w, bias = make(rng, 17, 136, 32, M % 3 == 0, M, dtype)
+    # (M = 8 and 16 compile without row predicates); a few dtypes and zero points (compiled in)
+    # vary so the GPU run compiles few kernels
+    dtype = "bfloat16" if M in (5, 16) else "float16"
+    a, w, bias = make(rng, 17, 136, 32, M in (3, 12), M, dtype)
     y, config = run(a, w, bias, dtype)
     assert config.row_tiles == (1 if M <= 8 else 2)
     check(y, a, w, bias, dtype)
@@ -194,10 +196,10 @@ def test_every_batch_size(rng, M):
 def test_k_tails(rng, K, bs):
     # K below one word group, each remainder class of the 128-element segment and of the
     # 32-element lane range, odd group counts (8-byte weight rows for bs 16)
-    for dtype in DTYPES:
-        a, w, _ = make(rng, 9, K, bs, True, 2, dtype)
-        y, _ = run(a, w, None, dtype)
-        check(y, a, w, None, dtype)
+    dtype = "float16" if K % 16 else "bfloat16"     # both dtypes, one compilation per K
+    a, w, _ = make(rng, 9, K, bs, True, 2, dtype)
+    y, _ = run(a, w, None, dtype)
+    check(y, a, w, None, dtype)
 
 
 @pytest.mark.parametrize("N", [1, 7, 16, 33])
