@@ -181,11 +181,13 @@ def choice_reasons(config: TensorCoreConfig, N: int, K: int, multiprocessors: in
     """Why :func:`choose_config` chose ``config``'s ``unroll`` (for ``explain()``)."""
     segments = -(-K // SEGMENT)
     per_warp = -(-segments // config.ksplit)
+    groups = -(-N // (TILE_COLS * config.tiles))
     return {"unroll": (
-        f"{config.unroll} segment(s) of {SEGMENT} per step: K = {K} is {segments} segments, "
-        f"{config.ksplit} warp(s) split each {TILE_COLS * config.tiles}-column group "
-        f"({per_warp} segments each) so N = {N} gives {multiprocessors} SMs "
-        f"{TARGET_WARPS_PER_SM} warps; {config.blocks_per_sm} blocks of {config.warps} warps per SM"
+        f"{config.unroll} segment(s) of {SEGMENT} per step: K = {K} is {segments} segments; "
+        f"{config.ksplit} warp(s) split K for each of the {groups} groups of "
+        f"{TILE_COLS * config.tiles} columns ({per_warp} segments each; the fewest, up to 16, for "
+        f"{TARGET_WARPS_PER_SM} warps on each of {multiprocessors} SMs); "
+        f"{config.blocks_per_sm} blocks of {config.warps} warps per SM"
         + ("; double-buffered (128 registers a thread)" if config.double_buffer else ""))}
 
 
