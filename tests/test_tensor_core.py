@@ -317,3 +317,9 @@ def test_through_gemv(rng, dtype, M):
     y = ig.gemv(a, w, bias=bias, out=out)
     assert y is out and np.all(np.isfinite(y.astype(np.float64)))
     check(y.astype(np.float64), a, w, bias, dtype)
+
+
+def test_the_benchmark_selects_it_by_name():
+    from int4gemv.benchmark import random_weight, time_gemv
+    r = time_gemv(random_weight(32, 256, rng=1), M=4, tuning="tensor_core")
+    assert r.kernel == "tensor_core" and r.ok and r.rel_err < 1e-2
