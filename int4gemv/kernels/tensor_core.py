@@ -18,10 +18,12 @@ Mapping (lane ``l``: ``g = l // 4``, ``t = l % 4``; a *segment* is 128 elements 
 
 The ``mma`` sums its 16 k over the four lanes of a group, which hold different 32-element
 ranges of K: the mapping permutes K, identically for A and B, so the sum is unchanged, and every
-lane's loads are contiguous. Weight pairs are the exact ``(q - zp)`` of :mod:`.mma_pairs`
-(fp16 as in :mod:`.nibble_pairs`, and bf16), multiplied by their group's scale (one x2
-rounding, as a dequantized weight in the activations' dtype; bs 16: two groups per lane and
-segment).
+lane's loads are contiguous. Weight pairs are the exact ``(q - zp)`` of :mod:`.mma_pairs`,
+multiplied by their group's scale (one x2 rounding, as a dequantized weight in the activations'
+dtype; bs 16: two groups per lane and segment). Activations are read with 16-byte loads from
+global memory (L1 hits: every warp of an SM reads the same rows), not staged in shared memory:
+a resident ``[16, K]`` copy needs 64-192 KB of dynamic shared memory (bench/NOTES.md, "Tensor
+cores", lists that experiment).
 
 Work: a block's ``warps`` fold ``warps / ksplit`` column groups at once; the ``ksplit`` warps of
 a group each take a contiguous slice of the segments, then add their partial sums through shared
