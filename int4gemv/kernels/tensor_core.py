@@ -52,7 +52,7 @@ from .mma import mma_bf16, mma_f16
 from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, scaled_pair_f16,
                         zero_point_offset_bf16, zero_point_offset_f16)
 from .tensor_core_config import SEGMENT, TILE_COLS, TensorCoreConfig
-from .vector_loads import load8, load16
+from .vector_loads import load8, load16, load16_stream
 
 __all__ = ["tensor_core_kernel"]
 
@@ -102,8 +102,8 @@ def _compile(config):
         ``second``: inside the row)."""
         if not valid:
             return (_Z, _Z, _Z, _Z)
-        if W_VEC:
-            return load16(packed, offset)
+        if W_VEC:   # read once: kept out of L1, which holds the activations every warp re-reads
+            return load16_stream(packed, offset)
         lo = load8(packed, offset)
         hi = load8(packed, offset + 8) if second else (_Z, _Z)
         return (lo[0], lo[1], hi[0], hi[1])
