@@ -27,6 +27,8 @@ __all__ = ["Entry", "parse_table", "load_autotune_table", "lookup", "SCHEMAS"]
 
 SCHEMAS = (1, 2)
 _SCHEMA1_DEFAULTS = {"M": 1, "block_size": 32, "zero_points": False, "dtype": "float16"}
+#: Kernels an entry may name (the registered kernels; ``auto`` is not a kernel).
+VARIANTS = ("default", "single_warp", "tensor_core")
 _KEYS = ("N", "K", "M", "block_size", "zero_points", "dtype", "variant", "cols", "unroll", "note")
 
 
@@ -72,7 +74,7 @@ def _entry(raw, schema, where):
         need(key, posint, "a positive int")
     need("zero_points", lambda v: isinstance(v, bool), "a bool")
     need("dtype", lambda v: v in ("float16", "bfloat16"), "'float16' or 'bfloat16'")
-    need("variant", lambda v: v in ("default", "single_warp"), "'default' or 'single_warp'")
+    need("variant", lambda v: v in VARIANTS, f"one of {VARIANTS}")
     for key, accepted in (("cols", COLS_VALUES), ("unroll", UNROLL_VALUES)):
         if values.get(key) is not None:
             need(key, lambda v, a=accepted: v in a and not isinstance(v, bool), f"one of {accepted} or null")

@@ -4,13 +4,15 @@ No GPU and no memory are touched here, so every decision is testable anywhere. T
 the registered descriptors (:mod:`.registry`); ``Tuning.variant`` names one of them, or
 ``"auto"``:
 
+* ``default`` (the environment unset): the default tiling at M = 1, the tensor-core kernel
+  (:mod:`.descriptors.tensor_core`) for M >= 2, where one ``mma`` serves every row;
 * a named kernel runs when its eligibility accepts the problem; a specialization that cannot
-  take the problem falls back to :data:`~.registry.FALLBACK` (the default tiling), and the plan
-  says why;
+  take the problem falls back to that default, and the plan says why;
 * ``auto``: where the single-warp specialization is eligible, the measured table
   (:mod:`.autotune`, per GPU name, M, block size, zero points and dtype) picks the kernel and its
   ``cols``/``unroll`` (exact ``(N, K)``, else the nearest shape); with no measurement the
-  specialization runs. Fields given in the tuning win over the table's.
+  specialization runs. Where it is ineligible (M >= 2, bf16, ...) a measured entry for the
+  problem's M, block size, zero points and dtype still chooses, else the default above. Fields given in the tuning win over the table's.
 
 Fields the tuning leaves ``None`` are the kernel's choice. If no kernel is eligible (bfloat16
 until the new default tiling lands) the call is refused with a ``ValueError`` saying why.
@@ -22,6 +24,7 @@ from dataclasses import dataclass, fields, replace
 
 from . import autotune
 from .descriptor import Problem
+from .descriptors import tensor_core
 from .registry import FALLBACK, descriptor
 from .tuning import Resolved, Tuning
 
@@ -80,24 +83,43 @@ class Plan:
         return "\n".join(lines)
 
 
-def _choose(problem, tuning, device_name, table):
-    """``(kernel name, tuning with the table's fields filled in, reason, table fields)``."""
-    if tuning.variant == FALLBACK:
-        return FALLBACK, tuning, "single-warp specialization not requested (opt-in)", ()
-    special = "single_warp" if tuning.variant == "auto" else tuning.variant
-    eligible, why = descriptor(special).eligibility(problem)
-    if not eligible:
-        return FALLBACK, tuning, f"{special} requested but ineligible ({why}); fell back to {FALLBACK}", ()
-    if tuning.variant != "auto":
-        return special, tuning, f"{special} requested and eligible ({why})", ()
-    entry, how = autotune.lookup(table, device_name, problem)
-    if entry is None:
-        return special, tuning, f"auto: {how}; eligible, so {special}", ()
+def _default_for(problem):
+    """``(kernel, why)``: what a call runs when no specialization takes it (``why`` is ``None``
+    for the default tiling at M = 1)."""
+    if problem.M >= tensor_core.MIN_M:
+        return tensor_core.NAME, tensor_core.why_chosen(problem)
+    return FALLBACK, None
+
+
+def _from_table(entry, how, tuning):
     filled = [f for f in ("cols", "unroll") if getattr(tuning, f) is None and getattr(entry, f)]
     tuning = replace(tuning, **{f: getattr(entry, f) for f in filled})
     note = f" ({entry.note})" if entry.note else ""
     return entry.variant, tuning, f"auto: {how}: {entry.variant} was faster{note}", \
         tuple((f, f"autotune table, {how}") for f in filled)
+
+
+def _choose(problem, tuning, device_name, table):
+    """``(kernel name, tuning with the table's fields filled in, reason, table fields)``."""
+    if tuning.variant == FALLBACK:
+        name, why = _default_for(problem)
+        return name, tuning, why or "single-warp specialization not requested (opt-in)", ()
+    special = "single_warp" if tuning.variant == "auto" else tuning.variant
+    eligible, why = descriptor(special).eligibility(problem)
+    if not eligible:
+        if tuning.variant == "auto":
+            entry, how = autotune.lookup(table, device_name, problem)
+            if entry is not None and descriptor(entry.variant).eligibility(problem)[0]:
+                return _from_table(entry, how, tuning)
+        name, because = _default_for(problem)
+        return name, tuning, (f"{special} requested but ineligible ({why}); fell back to {name}"
+                              + (f" ({because})" if because else "")), ()
+    if tuning.variant != "auto":
+        return special, tuning, f"{special} requested and eligible ({why})", ()
+    entry, how = autotune.lookup(table, device_name, problem)
+    if entry is None:
+        return special, tuning, f"auto: {how}; eligible, so {special}", ()
+    return _from_table(entry, how, tuning)
 
 
 def plan_gemv(problem: Problem, resolved: Resolved, *, device_name=None, multiprocessors=132,

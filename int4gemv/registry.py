@@ -7,7 +7,7 @@ below. ``FALLBACK`` is the kernel that serves what a requested specialization ca
 from __future__ import annotations
 
 from .descriptor import KernelDescriptor
-from .descriptors import default, single_warp
+from .descriptors import default, single_warp, tensor_core
 
 __all__ = ["KERNELS", "FALLBACK", "register", "descriptor"]
 
@@ -35,3 +35,4 @@ def descriptor(name: str) -> KernelDescriptor:
 
 register(default.DESCRIPTOR)
 register(single_warp.DESCRIPTOR)
+register(tensor_core.DESCRIPTOR)

@@ -38,7 +38,7 @@ COLS = "INT4GEMV_SINGLE_WARP_COLS"
 UNROLL = "INT4GEMV_SINGLE_WARP_UNROLL"
 ENV_VARS = (PRIMARY, LEGACY, COLS, UNROLL)
 
-VARIANTS = ("default", "single_warp", "auto")
+VARIANTS = ("default", "single_warp", "auto", "tensor_core")
 ACTIVATIONS = ("registers", "streaming")
 COLS_VALUES = (1, 2, 4, 8, 16)
 UNROLL_VALUES = (1, 2, 4, 8)
@@ -58,9 +58,10 @@ def _is_bool(v):
 class Tuning:
     """How to run a GEMV, in one vocabulary for every kernel.
 
-    variant: ``"default"`` (the multi-warp default tiling), ``"single_warp"`` (the single-warp
-        specialization where eligible, else the default tiling) or ``"auto"`` (the measured
-        autotune table's choice per shape).
+    variant: ``"default"`` (the multi-warp default tiling; for M >= 2 the tensor-core kernel),
+        ``"single_warp"`` (the single-warp specialization where eligible, else the default),
+        ``"auto"`` (the measured autotune table's choice per shape) or ``"tensor_core"`` (the
+        ``mma.sync`` kernel, every problem).
     cols: columns per warp step, one of :data:`COLS_VALUES`, or ``None`` (the table's or the
         kernel's choice). unroll: K-loop unroll of the single-warp kernel, one of
         :data:`UNROLL_VALUES`, or ``None``. activations: the single-warp activation mode,

@@ -139,7 +139,7 @@ def test_conflicting_controls_warn_naming_both(w, rng, monkeypatch):
 
 def test_explain_validates_and_launches_nothing(w, rng, no_launch):
     plan = ig.explain(rng.standard_normal((3, 64)).astype(np.float16), w, variant="single_warp")
-    assert plan.kernel == "default" and "batch M is 3" in plan.reason
+    assert plan.kernel == "tensor_core" and "batch M is 3" in plan.reason  # the M >= 2 default
     with pytest.raises(ValueError, match="a must have shape"):
         ig.explain(np.zeros(32, np.float16), w)
 

@@ -91,7 +91,8 @@ def test_forced_single_warp_and_its_geometry():
                                        (dict(K=2056), "K=2056")])
 def test_forced_on_ineligible_problem_falls_back_and_says_why(kw, words):
     p = plan("single_warp", **kw)
-    assert p.kernel == "default" and "ineligible" in p.reason and words in p.reason
+    fallback = "tensor_core" if kw.get("M", 1) >= 2 else "default"   # the default for M >= 2
+    assert p.kernel == fallback and "ineligible" in p.reason and words in p.reason
 
 
 def test_bf16_runs_the_default_tiling_and_says_why():
@@ -186,12 +187,12 @@ def test_malformed_table_file(tmp_path):
 
 
 def test_registry_holds_one_descriptor_per_kernel():
-    assert set(KERNELS) == {"default", "single_warp"}
+    assert set(KERNELS) == {"default", "single_warp", "tensor_core"}
     with pytest.raises(ValueError, match="already registered"):
         register(SW)
     with pytest.raises(TypeError):
         register("single_warp")
-    with pytest.raises(KeyError, match="registered: default, single_warp"):
+    with pytest.raises(KeyError, match="registered: default, single_warp, tensor_core"):
         descriptor("tiled")
     with pytest.raises(TypeError, match="callable"):
         KernelDescriptor("k", "s", None, None, None)

@@ -1,7 +1,7 @@
 """The one place the benchmark turns a tuning into int4gemv keyword arguments.
 
 A *tuning* here is ``None`` (the environment decides, as for any caller), a variant string
-(``"default"``, ``"single_warp"``, ``"auto"``, optionally with a launch suffix ``"+pdl"`` or
+(``"default"``, ``"single_warp"``, ``"auto"``, ``"tensor_core"``, optionally with a launch suffix ``"+pdl"`` or
 ``"+pdl+l2"``), or any object with ``variant``, ``pdl`` and ``prefetch`` attributes (and
 optionally ``cols``, ``unroll``, ``activations``), such as ``int4gemv.Tuning``.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 __all__ = ["LAUNCH_SUFFIXES", "VARIANTS", "check_tunings", "gemv_options", "tuning_fields", "tuning_label"]
 
-VARIANTS = ("default", "single_warp", "auto")
+VARIANTS = ("default", "single_warp", "auto", "tensor_core")
 
 #: Suffixes of a variant string and the launch options they stand for.
 LAUNCH_SUFFIXES = {"+pdl": {"pdl": True}, "+pdl+l2": {"pdl": True, "prefetch": True}}

@@ -17,7 +17,7 @@ import numpy as np
 
 from .intrinsics import SIMULATED
 
-__all__ = ["load16", "load8"]
+__all__ = ["load16", "load8", "load16_stream"]
 
 if SIMULATED:
 
@@ -35,6 +35,10 @@ if SIMULATED:
         """The 8 bytes from element ``index`` of ``array`` as two uint32 (8-byte aligned)."""
         return _words(array, index, 8)
 
+    def load16_stream(array, index):
+        """:func:`load16` of data read once (the hardware form does not allocate in L1)."""
+        return _words(array, index, 16)
+
 else:
     from llvmlite import ir
     from numba import types
@@ -42,10 +46,10 @@ else:
 
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
-    def _vector_load(count):
+    def _vector_load(count, cache=""):
         width = {4: "v4", 2: "v2"}[count]
         regs = ", ".join(f"${i}" for i in range(count))
-        text = f"ld.global.nc.{width}.u32 {{{regs}}}, [${count}];"
+        text = f"ld.global.nc{cache}.{width}.u32 {{{regs}}}, [${count}];"
         constraints = ",".join(["=r"] * count + ["l"])
 
         def load(typingctx, array, index):
@@ -70,3 +74,6 @@ else:
     load16.__doc__ = "``ld.global.nc.v4.u32``: 16 bytes from element ``index`` (16-byte aligned)."
     load8 = intrinsic(_vector_load(2))
     load8.__doc__ = "``ld.global.nc.v2.u32``: 8 bytes from element ``index`` (8-byte aligned)."
+    load16_stream = intrinsic(_vector_load(4, ".L1::no_allocate"))
+    load16_stream.__doc__ = ("``ld.global.nc.L1::no_allocate.v4.u32``: :func:`load16` of data read "
+                             "once, kept out of L1 (which then holds data that is reused).")
