@@ -41,7 +41,7 @@ def test_variant_strings_and_launch_suffixes_become_fields():
                                                     pdl=True, prefetch=True)
     assert tuning_fields("single_warp+pdl")["pdl"] and not tuning_fields("single_warp+pdl")["prefetch"]
     assert tuning_fields(None)["variant"] is None
-    with pytest.raises(ValueError, match="unknown tuning 'fast'; accepted: default, single_warp, auto, each "
+    with pytest.raises(ValueError, match="unknown tuning 'fast'; accepted: default, single_warp, auto, tensor_core, each "
                                          "optionally followed by [+]pdl or [+]pdl[+]l2") as caught:
         tuning_fields("fast")
     assert "+ +" not in str(caught.value)
