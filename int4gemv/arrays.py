@@ -52,7 +52,9 @@ def storage_dtype(name: str) -> np.dtype:
 class ArrayInfo:
     """What validation and binding need of one array: ``kind`` (``"host"``/``"device"``),
     ``dtype`` name, ``shape``, ``strides`` in bytes, ``pointer`` (data address), ``device``
-    (the CUDA device index where known, else ``None``) and the array itself (``obj``)."""
+    (the CUDA device index where known, else ``None``), the array itself (``obj``) and
+    ``readonly`` (a numpy array that is not writeable, or a ``__cuda_array_interface__`` whose
+    ``data`` says read-only)."""
 
     name: str
     kind: str
@@ -62,6 +64,7 @@ class ArrayInfo:
     pointer: int
     device: int | None
     obj: object
+    readonly: bool = False
 
     @property
     def itemsize(self) -> int:
@@ -85,7 +88,8 @@ def describe(name: str, x) -> ArrayInfo:
     """The :class:`ArrayInfo` of ``x``; ``TypeError`` naming ``name`` if it is not an array of a
     supported kind."""
     if isinstance(x, np.ndarray):
-        return ArrayInfo(name, "host", x.dtype.name, x.shape, x.strides, x.ctypes.data, None, x)
+        return ArrayInfo(name, "host", x.dtype.name, x.shape, x.strides, x.ctypes.data, None, x,
+                         not x.flags.writeable)
     if hasattr(x, "copy_to_host") and hasattr(x, "dtype"):  # Numba device array (or simulated)
         return ArrayInfo(name, "device", np.dtype(x.dtype).name, tuple(x.shape),
                          tuple(x.strides), _numba_pointer(x), None, x)
@@ -103,10 +107,10 @@ def describe(name: str, x) -> ArrayInfo:
         dtype, shape = np.dtype(cai["typestr"]), tuple(int(d) for d in cai["shape"])
         strides = cai.get("strides")
         strides = _contiguous_strides(shape, dtype.itemsize) if strides is None else tuple(strides)
-        pointer = int(cai["data"][0])
+        pointer, readonly = int(cai["data"][0]), bool(cai["data"][1])
     except Exception as exc:
         raise TypeError(f"{name} has a malformed __cuda_array_interface__: {exc}") from None
-    return ArrayInfo(name, "device", dtype.name, shape, strides, pointer, None, x)
+    return ArrayInfo(name, "device", dtype.name, shape, strides, pointer, None, x, readonly)
 
 
 def _numba_pointer(x):

@@ -98,6 +98,9 @@ def validate(a, w, bias=None, out=None) -> Call:
     want = (N,) if len(ai.shape) == 1 else (M, N)
     if infos["out"] is not None:
         check_array(infos["out"], dtype, lambda s: s == want, f"{list(want)}")
+        if infos["out"].readonly:
+            raise ValueError("out is read-only (numpy writeable=False, or a read-only "
+                             "__cuda_array_interface__); pass a writable array")
     align = 16 if not on_device else min(16, (ai.pointer & -ai.pointer) or 16)
     problem = Problem(M, N, K, w.block_size, dtype, w.has_zero_points, bias is not None, align)
     return Call(problem, w, ai, infos["bias"], infos["out"], on_device, len(ai.shape) == 1)
