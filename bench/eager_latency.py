@@ -11,6 +11,10 @@ zero points, fp16), with torch tensors and with Numba device arrays, ``out`` giv
 * floors: int4gemv's ctypes ``cuLaunchKernel`` of an empty kernel, Numba's own launch;
 * peers (torch): torch's tinygemm INT4 (``_weight_int4pack_mm``) and ``torch.mv`` fp16.
 
+To time another checkout's package with this script (a before/after in one process set-up),
+run it as a file from that checkout: ``PYTHONPATH=$OTHER python /path/to/bench/eager_latency.py``
+(it uses only the public API, ``int4gemv.benchmark.time_eager`` and ``int4gemv.launcher.bind``).
+
 Each path is issued ``calls`` times back to back (fewer than the launch queue holds) and the
 issue time per call taken (:func:`int4gemv.benchmark.time_eager`); the paths are interleaved over
 ``rounds`` rounds and the median over rounds reported, so drift of the host affects all alike.
@@ -188,7 +192,7 @@ def main(argv=None):
     n, k = (int(v) for v in args.shape.split("x"))
     from numba import config
 
-    from .environment import describe_run
+    from bench.environment import describe_run
 
     result = measure(calls=args.calls, rounds=args.rounds, N=n, K=k)
     doc = dict(kind="int4gemv-eager-latency", **describe_run(bool(config.ENABLE_CUDASIM), argv),
