@@ -169,7 +169,7 @@ def test_real_torch_tensors_resized_or_repointed_in_place_are_seen(rng):
     out.resize_(N // 2)
     with pytest.raises(ValueError, match="out must have shape"):
         ig.gemv(a, w, out=out)
-    out.resize_(N)
+    out.resize_(2 * N)  # storage for a stride-2 view of N elements
     out.as_strided_((N,), (2,))
     with pytest.raises(ValueError, match="out must be C-contiguous"):
         ig.gemv(a, w, out=out)
