@@ -198,3 +198,13 @@ def test_numba_array_keys_are_kept_per_live_array_only(rng):
         del b
         gc.collect()
         assert ident not in arrays._NUMBA_KEYS
+
+
+def test_the_host_cost_probe_measures_every_call_form():
+    """``bench/eager_host_cost.py`` (the CPU-side probe of this path) runs and times each form."""
+    from bench import eager_host_cost
+
+    best = eager_host_cost.measure(calls=5, repeats=1)
+    assert set(best) == {"prepare()-like floor", "gemv(tuning=None)", 'gemv(variant="default")',
+                         "gemv(tuning=Tuning(...))"}
+    assert all(us > 0 for us in best.values())
