@@ -63,7 +63,8 @@ def test_a_cached_call_follows_environment_changes(rng, monkeypatch):
     pipeline.clear_caches()
     seen = []
     real_plan = api.plan
-    monkeypatch.setattr(api, "plan", lambda call, resolved: seen.append(resolved) or real_plan(call, resolved))
+    monkeypatch.setattr(api, "plan",
+                        lambda call, resolved: seen.append(resolved) or real_plan(call, resolved))
     for primary, count in (("1", 1), ("0", 2), ("1", 2), (None, 3)):
         if primary is None:
             monkeypatch.delenv("INT4GEMV_SINGLE_WARP")
@@ -86,7 +87,8 @@ def test_a_miss_is_resolved_from_the_snapshot_its_key_was_made_of(rng, monkeypat
     monkeypatch.setattr(api, "read_environment", lambda: snapshot)
     seen = []
     real_plan = api.plan
-    monkeypatch.setattr(api, "plan", lambda call, resolved: seen.append(resolved) or real_plan(call, resolved))
+    monkeypatch.setattr(api, "plan",
+                        lambda call, resolved: seen.append(resolved) or real_plan(call, resolved))
     ig.gemv(a, w, out=out)
     assert seen[0].tuning.variant == "single_warp"
     assert seen[0].source("variant") == "INT4GEMV_SINGLE_WARP=1"
@@ -128,7 +130,8 @@ class Tensor:
         return self.host.itemsize
 
 
-@pytest.mark.skipif(not SIMULATED, reason="a fake tensor over host memory is device memory only on the simulator")
+@pytest.mark.skipif(not SIMULATED,
+                    reason="a fake tensor over host memory is device memory only on the simulator")
 def test_a_tensor_changed_in_place_is_validated_again(rng):
     w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
     a_h = rng.standard_normal(64).astype(np.float16)

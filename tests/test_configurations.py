@@ -56,8 +56,9 @@ def _decode_choices():
 
 DECODE = _decode_choices()
 DECODE_CASES = sorted((*key, min(ms)) for key, ms in DECODE.items())
-#: M = 16 (the largest batch) once (float16, the most columns any batch gets), at the smallest K with 32 lanes (one chunk per
-#: lane: the tail step only; the full steps run in the cases above), to keep the simulator fast.
+#: M = 16 (the largest batch) once (float16, the most columns any batch gets), at the smallest
+#: K with 32 lanes (one chunk per lane: the tail step only; the full steps run in the cases
+#: above), to keep the simulator fast.
 BATCH16_CASES = [(*max(key for key, ms in DECODE.items() if 16 in ms and key[4] == "float16"), 16)]
 
 

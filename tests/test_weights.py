@@ -75,7 +75,8 @@ def test_quantize_error_is_within_half_a_step_of_the_stored_scale(rng, bs, symme
     zp = w.zero_point_values().astype(np.float64)[:, k_block]
     t = x / w.scales.astype(np.float64)[:, k_block] + zp
     clipped = t > 15.5
-    assert np.all(err[~clipped] <= 0.5 + ARITHMETIC_STEPS), f"worst {err[~clipped].max() - 0.5:.2e} steps over half"
+    assert np.all(err[~clipped] <= 0.5 + ARITHMETIC_STEPS), \
+        f"worst {err[~clipped].max() - 0.5:.2e} steps over half"
     assert np.all(w.unpacked()[clipped] == 15) and np.all(t[clipped] <= 16 + ARITHMETIC_STEPS)
     assert (w.zero_points is None) == symmetric
 
