@@ -1,104 +1,216 @@
 """Eager per-call cost from Python on a GPU, next to the floors and peers in the same process.
 
-    python -m bench.eager_latency [--out DIR]
+    python -m bench.eager_latency [--out DIR] [--calls 500] [--rounds 7]
 
-For each way of launching, ``calls`` launches are issued back to back (fewer than the launch
-queue holds) and the issue time per call is taken; the median of ``runs`` such runs is reported,
-with the time to completion (synchronized) beside it (:func:`int4gemv.benchmark.time_eager`). Rows:
+Host time per call (µs) of each way to launch one cached 2048×2048 GEMV (M = 1, block size 32, no
+zero points, fp16), with torch tensors and with Numba device arrays, ``out`` given:
 
-* ``cuLaunchKernel, empty kernel``: the driver's launch alone (int4gemv's ctypes launcher, no
-  Python work): the floor for any launch from Python on this machine; also on a stream of its own.
-* ``Numba launch, empty kernel``: ``kernel[grid, block](...)``.
-* ``int4gemv.gemv``: the public call on a pre-built 2048×2048 weight with ``out`` given, on the
-  legacy default stream and on a non-blocking stream; with the environment as the caller set it;
-  and ``int4gemv.prepare(...)``'s prepared launch called with no arguments.
-* peers (with ``int4gemv[peers]``): ``torch.mv`` fp16 and torch's tinygemm INT4 at the same shape.
+* call forms (issue 22): ``gemv(tuning=None)`` (environment read at call time; unset here),
+  ``gemv(variant="auto")``, ``gemv(tuning=Tuning(variant="auto"))``, ``gemv(tuning="auto")``,
+  and ``prepare(...)()``, the floor of the call path (one bound launch);
+* floors: int4gemv's ctypes ``cuLaunchKernel`` of an empty kernel, Numba's own launch;
+* peers (torch): torch's tinygemm INT4 (``_weight_int4pack_mm``) and ``torch.mv`` fp16.
+
+To time another checkout's package with this script (a before/after in one process set-up),
+run it as a file from that checkout: ``PYTHONPATH=$OTHER python /path/to/bench/eager_latency.py``
+(it uses only the public API, ``int4gemv.benchmark.time_eager`` and ``int4gemv.launcher.bind``).
+
+Each path is issued ``calls`` times back to back (fewer than the launch queue holds) and the
+issue time per call taken (:func:`int4gemv.benchmark.time_eager`); the paths are interleaved over
+``rounds`` rounds and the median over rounds reported, so drift of the host affects all alike.
+Each int4gemv form is also checked once against the float64 reference (output poisoned first).
+Rows follow the results schema (``/work/shared/DESIGN.md``) plus ``call`` and ``arrays``:
+``us`` is the host time per call, ``floor_us`` the same arrays' ``prepare()`` call,
+``tinygemm_us`` tinygemm's eager call in the same run, ``error`` the worst per-output error
+relative to ``sum |a| |w|``. A cProfile of cached ``tuning=None`` calls (torch) is printed last.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
+import statistics
 
 import numpy as np
 
-__all__ = ["main", "rows"]
+__all__ = ["main", "measure"]
 
 N = K = 2048
+BLOCK_SIZE = 32
+#: Targets of issue 22 (µs over ``prepare()`` with the same arrays).
+TUNING_OBJECT_OVER_PREPARE_US = 1.5
+TUNING_NONE_OVER_PREPARE_US = 3.0
 
 
-def rows(calls=200, runs=7) -> list:
-    """``[{name, issue_us, complete_us}]`` for every launch path this machine can run."""
+def _error(y, a, w):
+    ref = __import__("int4gemv").reference_gemv(a, w)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(w.dequantize(np.float64)).T
+    return float(np.max(np.abs(y.astype(np.float64) - ref) / scale))
+
+
+def _forms(ig, a, w, out):
+    auto = ig.Tuning(variant="auto")
+    run = ig.prepare(a, w, out=out, tuning=auto)
+    return {
+        "gemv(tuning=None)": lambda: ig.gemv(a, w, out=out),
+        'gemv(variant="auto")': lambda: ig.gemv(a, w, out=out, variant="auto"),
+        'gemv(tuning=Tuning(variant="auto"))': lambda: ig.gemv(a, w, out=out, tuning=auto),
+        'gemv(tuning="auto")': lambda: ig.gemv(a, w, out=out, tuning="auto"),
+        "prepare()()": run,
+    }
+
+
+def measure(calls=500, rounds=7, runs=3, N=N, K=K) -> dict:
+    """``{"rows": [...], "paths": {name: issue µs}, "profile": text}`` (see the module docstring)."""
     from numba import cuda
 
     import int4gemv as ig
     from int4gemv.benchmark import time_eager
-    from int4gemv.benchmark.peers import available_peers
-    from int4gemv.benchmark.selection import gemv_options
     from int4gemv.launcher import bind
+
+    rng = np.random.default_rng(0)
+    w = ig.quantize(rng.standard_normal((N, K)).astype(np.float32), BLOCK_SIZE)
+    a_h = rng.standard_normal(K).astype(np.float16)
+    arrays = {"numba": (cuda.to_device(a_h), cuda.device_array(N, np.float16))}
+    torch = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            arrays["torch"] = (torch.from_numpy(a_h).cuda(),
+                               torch.empty(N, dtype=torch.float16, device="cuda"))
+        else:
+            torch = None
+    except ImportError:
+        torch = None
+
+    def sync():
+        cuda.synchronize()
+        if torch is not None:
+            torch.cuda.synchronize()
 
     @cuda.jit
     def empty(x):
         pass
 
-    rng = np.random.default_rng(0)
-    w = ig.quantize(rng.standard_normal((N, K)).astype(np.float32), 32)
-    a = cuda.to_device(rng.standard_normal(K).astype(np.float16))
-    out = cuda.device_array(N, np.float16)
-    sw = gemv_options("single_warp")
-    ig.gemv(a, w, out=out, **sw)
     x = cuda.device_array(1, np.float32)
     empty[1, 32](x)
     bound_empty = bind(empty, (x,), (1, 1, 1), (32, 1, 1))
-    own = cuda.stream()
-    handle = int(own.handle.value) if hasattr(own.handle, "value") else int(own.handle)
-    paths = [("cuLaunchKernel, empty kernel (ctypes)", lambda: bound_empty.launch(0)),
-             ("cuLaunchKernel, empty kernel, own stream", lambda: bound_empty.launch(handle)),
-             ("Numba launch, empty kernel", lambda: empty[1, 32](x)),
-             ("int4gemv.gemv, single_warp", lambda: ig.gemv(a, w, out=out, **sw)),
-             ("int4gemv.gemv, environment as set", lambda: ig.gemv(a, w, out=out)),
-             ("int4gemv.prepare(a, w, out=out, single_warp)()", ig.prepare(a, w, out=out, **sw)),
-             ("int4gemv.gemv, single_warp, own stream", lambda: ig.gemv(a, w, out=out, stream=handle, **sw))]
-    status = available_peers(["torch.mv", "tinygemm"])
-    if all(ok for ok, _ in status.values()):
-        import torch
-
-        ta = torch.randn(K, dtype=torch.float16, device="cuda")
+    paths = {"cuLaunchKernel, empty kernel (ctypes)": lambda: bound_empty.launch(0),
+             "Numba launch, empty kernel": lambda: empty[1, 32](x)}
+    checks = {}
+    for kind, (a, out) in arrays.items():
+        for form, fn in _forms(ig, a, w, out).items():
+            paths[f"{form} [{kind}]"] = fn
+            checks[(kind, form)] = (fn, out)
+    if torch is not None:
+        ta = torch.from_numpy(a_h).cuda()
         tw = torch.randn(N, K, dtype=torch.float16, device="cuda")
         packed = torch._convert_weight_to_int4pack(
             torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda"), 8)
-        sz = (torch.rand((K // 32, N, 2), device="cuda") * 0.01).to(torch.bfloat16)
+        sz = (torch.rand((K // BLOCK_SIZE, N, 2), device="cuda") * 0.01).to(torch.bfloat16)
         tb = ta.to(torch.bfloat16).reshape(1, K)
-        paths += [("torch.mv fp16 (peer)", lambda: torch.mv(tw, ta)),
-                  ("torch tinygemm int4 (peer)", lambda: torch._weight_int4pack_mm(tb, packed, 32, sz))]
-    results = []
-    for name, fn in paths:
+        paths["torch tinygemm int4 (peer)"] = lambda: torch._weight_int4pack_mm(tb, packed, BLOCK_SIZE, sz)
+        paths["torch.mv fp16 (peer)"] = lambda: torch.mv(tw, ta)
+    for fn in paths.values():  # compile, bind, warm the caches
         fn()
-        t = time_eager(fn, cuda.synchronize, calls=calls, runs=runs)
-        results.append(dict(name=name, issue_us=t.issue_us, complete_us=t.complete_us))
-    results += [dict(name=f"{peer} (peer)", skipped=why) for peer, (ok, why) in status.items() if not ok]
-    return results
+        fn()
+    sync()
+    samples = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, fn in paths.items():
+            samples[name].append(time_eager(fn, sync, calls=calls, runs=runs).issue_us)
+    us = {name: statistics.median(v) for name, v in samples.items()}
+
+    errors = {}
+    for (kind, form), (fn, out) in checks.items():
+        if kind == "torch":
+            out.fill_(float("nan"))
+            fn()
+            sync()
+            y = out.cpu().numpy()
+        else:
+            out.copy_to_device(np.full(N, np.nan, np.float16))
+            fn()
+            sync()
+            y = out.copy_to_host()
+        errors[(kind, form)] = _error(y, a_h, w)
+
+    tiny = us.get("torch tinygemm int4 (peer)")
+    rows = []
+    for (kind, form), err in errors.items():
+        floor = us[f"prepare()() [{kind}]"]
+        rows.append(dict(kind="eager", call=form, arrays=kind, shape=f"{N}x{K}", N=N, K=K, M=1,
+                         bs=BLOCK_SIZE, zp=False, dtype="float16", us=us[f"{form} [{kind}]"],
+                         floor_us=floor, tinygemm_us=tiny, error=err,
+                         over_prepare_us=us[f"{form} [{kind}]"] - floor,
+                         spread_us=[min(samples[f"{form} [{kind}]"]), max(samples[f"{form} [{kind}]"])]))
+    profile = ""
+    if "torch" in arrays:
+        a, out = arrays["torch"]
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(5000):
+            ig.gemv(a, w, out=out)
+        prof.disable()
+        sync()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(10)
+        profile = text.getvalue()
+    return {"rows": rows, "paths": us, "samples": samples, "profile": profile}
+
+
+def _verdicts(rows):
+    lines = []
+    for r in rows:
+        if r["call"].startswith("gemv(tuning=Tuning"):
+            ok = r["over_prepare_us"] <= TUNING_OBJECT_OVER_PREPARE_US
+            lines.append(f"{r['arrays']:6} Tuning object: {r['over_prepare_us']:+.2f} us over prepare "
+                         f"(target <= +{TUNING_OBJECT_OVER_PREPARE_US}): {'holds' if ok else 'MISSED'}")
+        if r["call"] == "gemv(tuning=None)":
+            ok = r["over_prepare_us"] <= TUNING_NONE_OVER_PREPARE_US
+            lines.append(f"{r['arrays']:6} tuning=None: {r['over_prepare_us']:+.2f} us over prepare "
+                         f"(target <= +{TUNING_NONE_OVER_PREPARE_US}): {'holds' if ok else 'MISSED'}")
+            if r["tinygemm_us"] is not None:
+                ok = r["us"] <= r["tinygemm_us"]
+                lines.append(f"{r['arrays']:6} tuning=None {r['us']:.2f} us vs tinygemm "
+                             f"{r['tinygemm_us']:.2f} us: {'holds' if ok else 'MISSED'}")
+    return lines
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for eager_latency.json")
+    p.add_argument("--calls", type=int, default=500)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--shape", default=f"{N}x{K}", help="NxK (a smoke run on the simulator: 8x64)")
     args = p.parse_args(argv)
-    from numba import cuda
+    n, k = (int(v) for v in args.shape.split("x"))
+    from numba import config
 
-    results = rows()
-    name = cuda.get_current_device().name
-    doc = dict(device=name.decode() if isinstance(name, bytes) else name, shape=[N, K], calls=200, runs=7,
-               results=results)
+    from bench.environment import describe_run
+
+    result = measure(calls=args.calls, rounds=args.rounds, N=n, K=k)
+    doc = dict(kind="int4gemv-eager-latency", **describe_run(bool(config.ENABLE_CUDASIM), argv),
+               calls=args.calls, rounds=args.rounds, rows=result["rows"], paths=result["paths"],
+               samples=result["samples"])
+    doc["command"] = doc["command"].replace("python -m bench", "python -m bench.eager_latency")
     with open(os.path.join(args.out, "eager_latency.json"), "w") as f:
         json.dump(doc, f, indent=1)
-    print(f"{'launch':48} {'issue us':>9} {'to completion us':>17}")
-    for r in results:
-        if "skipped" in r:
-            print(f"{r['name']:48} skipped: {r['skipped']}")
-        else:
-            print(f"{r['name']:48} {r['issue_us']:9.2f} {r['complete_us']:17.2f}")
+    print(result["profile"])
+    print(f"{'path':52} {'issue us':>9}")
+    for name, value in result["paths"].items():
+        print(f"{name:52} {value:9.2f}")
+    print(f"\n{'call':40} {'arrays':6} {'us':>6} {'prepare':>8} {'over':>6} {'tinygemm':>9} {'error':>9}")
+    for r in result["rows"]:
+        tiny = "-" if r["tinygemm_us"] is None else f"{r['tinygemm_us']:.2f}"
+        print(f"{r['call']:40} {r['arrays']:6} {r['us']:6.2f} {r['floor_us']:8.2f} "
+              f"{r['over_prepare_us']:+6.2f} {tiny:>9} {r['error']:9.2e}")
+    print("\n".join(_verdicts(result["rows"])))
 
 
 if __name__ == "__main__":

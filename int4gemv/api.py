@@ -23,9 +23,9 @@ from dataclasses import replace
 from .backend import require_gpu
 from .device import device_note, stream_handle
 from .dispatch import Plan
-from .pipeline import (bind, cached_launch, check_options, emit_warnings, launch_key, plan,
-                       remember, run_host, validate)
-from .tuning import resolve_tuning
+from .pipeline import (bind, check_options, emit_warnings, lookup, plan, remember, run_host,
+                       validate)
+from .tuning import ENV_VARS, read_environment, resolve_tuning
 
 __all__ = ["gemv", "explain"]
 
@@ -75,13 +75,15 @@ def gemv(a, w, *, bias=None, out=None, stream=None, tuning=None, variant=None, p
     Raises ``TypeError``/``ValueError`` naming the argument before any launch, and
     :class:`~int4gemv.backend.NoGPUError` when no GPU is usable and the simulator is not in use.
     """
-    key = None if out is None else launch_key(a, w, bias, out, tuning, variant, pdl, prefetch)
-    if key is not None:
-        bound = cached_launch(key, w)
+    environment = read_environment() if tuning is None else None  # one snapshot per call
+    key = None
+    if out is not None:
+        key, bound = lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment)
         if bound is not None:
-            bound.launch(stream_handle(stream))
+            bound.launch(0 if stream is None else stream_handle(stream))
             return out
-    resolved = resolve_tuning(tuning, variant=variant, pdl=pdl, prefetch=prefetch)
+    resolved = resolve_tuning(tuning, variant=variant, pdl=pdl, prefetch=prefetch,
+                              environ=None if environment is None else dict(zip(ENV_VARS, environment)))
     call = validate(a, w, bias, out)
     handle = stream_handle(stream)
     check_options(resolved, call, stream is not None)
@@ -102,5 +104,5 @@ def gemv(a, w, *, bias=None, out=None, stream=None, tuning=None, variant=None, p
     bound = bind(chosen, w, call.a, out_info, call.bias)
     bound.launch(handle)
     if key is not None:
-        remember(key, w, bound, chosen.warnings)
+        remember(key, w, bound, chosen.warnings, tuning)
     return result

@@ -16,6 +16,7 @@ as their 16-bit storage (:func:`storage_dtype`: ``float16``, or ``uint16`` holdi
 from __future__ import annotations
 
 import ctypes
+import weakref
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -52,7 +53,9 @@ def storage_dtype(name: str) -> np.dtype:
 class ArrayInfo:
     """What validation and binding need of one array: ``kind`` (``"host"``/``"device"``),
     ``dtype`` name, ``shape``, ``strides`` in bytes, ``pointer`` (data address), ``device``
-    (the CUDA device index where known, else ``None``) and the array itself (``obj``)."""
+    (the CUDA device index where known, else ``None``), the array itself (``obj``) and
+    ``readonly`` (a numpy array that is not writeable, or a ``__cuda_array_interface__`` whose
+    ``data`` says read-only)."""
 
     name: str
     kind: str
@@ -62,6 +65,7 @@ class ArrayInfo:
     pointer: int
     device: int | None
     obj: object
+    readonly: bool = False
 
     @property
     def itemsize(self) -> int:
@@ -85,7 +89,8 @@ def describe(name: str, x) -> ArrayInfo:
     """The :class:`ArrayInfo` of ``x``; ``TypeError`` naming ``name`` if it is not an array of a
     supported kind."""
     if isinstance(x, np.ndarray):
-        return ArrayInfo(name, "host", x.dtype.name, x.shape, x.strides, x.ctypes.data, None, x)
+        return ArrayInfo(name, "host", x.dtype.name, x.shape, x.strides, x.ctypes.data, None, x,
+                         not x.flags.writeable)
     if hasattr(x, "copy_to_host") and hasattr(x, "dtype"):  # Numba device array (or simulated)
         return ArrayInfo(name, "device", np.dtype(x.dtype).name, tuple(x.shape),
                          tuple(x.strides), _numba_pointer(x), None, x)
@@ -103,10 +108,10 @@ def describe(name: str, x) -> ArrayInfo:
         dtype, shape = np.dtype(cai["typestr"]), tuple(int(d) for d in cai["shape"])
         strides = cai.get("strides")
         strides = _contiguous_strides(shape, dtype.itemsize) if strides is None else tuple(strides)
-        pointer = int(cai["data"][0])
+        pointer, readonly = int(cai["data"][0]), bool(cai["data"][1])
     except Exception as exc:
         raise TypeError(f"{name} has a malformed __cuda_array_interface__: {exc}") from None
-    return ArrayInfo(name, "device", dtype.name, shape, strides, pointer, None, x)
+    return ArrayInfo(name, "device", dtype.name, shape, strides, pointer, None, x, readonly)
 
 
 def _numba_pointer(x):
@@ -185,27 +190,80 @@ def device_view(info: ArrayInfo, dtype=None):
 
 
 def array_key(x):
-    """What validation and binding depend on for a device array: type, dtype, shape, strides and
-    address (and device for tensors); ``None`` for anything that is not a device array. Read
-    through attributes: building ``__cuda_array_interface__`` dicts costs microseconds."""
-    if x.__class__ is _DEVICE_ARRAY or (_DEVICE_ARRAY is None and hasattr(x, "copy_to_host")):
-        return (x.__class__, x.dtype, x.shape, x.strides, _numba_pointer(x))
-    if x is None or isinstance(x, np.ndarray):
+    """What validation and binding depend on for a device array: its class, dtype, shape,
+    strides and data address (torch: and whether it is on CUDA; device pointers are unique
+    across devices); ``None`` for anything that is not a device array. Read afresh on every call
+    (a torch tensor can be resized or re-pointed in place: ``resize_``, ``set_``,
+    ``as_strided_``), except for Numba device arrays, which never change (see :func:`_numba_key`).
+
+    How a class is read is decided once per class (:data:`_KEYERS`): a Numba device array
+    through its attributes and its memory pointer's integer address, a torch tensor through
+    ``data_ptr()``/``shape``/``stride()``/``dtype``/``is_cuda`` (no ``__cuda_array_interface__``
+    dict: building one costs microseconds), anything else through its
+    ``__cuda_array_interface__``. A read that fails gives ``None`` (the call then takes the full
+    pipeline, which names the problem)."""
+    keyer = _KEYERS.get(x.__class__)
+    if keyer is None:
+        keyer = _KEYERS[x.__class__] = _keyer_for(x)
+    try:
+        return keyer(x)
+    except Exception:
         return None
-    if _is_torch_like(x):
-        return (x.__class__, x.dtype, tuple(x.shape), x.stride(), x.data_ptr(), x.device)
-    cai = getattr(x, "__cuda_array_interface__", None)
-    if cai is None:
-        return None
+
+
+def _numba_key(x):
+    """A Numba device array: its attributes and its MemoryPointer's address (a view's is its
+    own). A Numba device array never changes its memory, shape, strides or dtype after it is
+    made (reshapes and views are new objects), so its key is kept per live object
+    (:data:`_NUMBA_KEYS`, an entry dropped when the array dies) and checked by identity."""
+    hit = _NUMBA_KEYS.get(id(x))
+    if hit is not None and hit[0]() is x:
+        return hit[1]
+    gpu_data = x.gpu_data
+    key = (x.__class__, x.dtype, x.shape, x.strides,
+           0 if gpu_data is None else int(gpu_data.device_pointer))
+    ident = id(x)
+
+    def forget(ref):
+        if _NUMBA_KEYS.get(ident, (None,))[0] is ref:
+            del _NUMBA_KEYS[ident]
+
+    _NUMBA_KEYS[ident] = (weakref.ref(x, forget), key)
+    return key
+
+
+def _simulator_key(x):
+    return (x.__class__, x.dtype, x.shape, x.strides, _numba_pointer(x))
+
+
+def _torch_key(x):
+    return (x.__class__, x.data_ptr(), x.shape, x.stride(), x.dtype, x.is_cuda)
+
+
+def _torch_like_key(x):
+    return (x.__class__, x.dtype, tuple(x.shape), x.stride(), x.data_ptr(), x.device)
+
+
+def _interface_key(x):
+    cai = x.__cuda_array_interface__
     return (x.__class__, cai["typestr"], tuple(cai["shape"]), cai.get("strides"), cai["data"][0])
 
 
-def _device_array_class():
-    if simulated():
-        return None
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
-    return DeviceNDArray
+def _no_key(x):
+    return None
 
 
-_DEVICE_ARRAY = _device_array_class()
+def _keyer_for(x):
+    """How :func:`array_key` reads objects of ``x``'s class."""
+    if x is None or isinstance(x, np.ndarray):
+        return _no_key
+    if hasattr(x, "copy_to_host") and hasattr(x, "dtype"):  # as describe() decides
+        return _simulator_key if simulated() or not hasattr(x, "gpu_data") else _numba_key
+    if _is_torch_like(x):
+        real_torch = type(x).__module__.startswith("torch") and hasattr(x, "is_cuda")
+        return _torch_key if real_torch else _torch_like_key
+    return _interface_key
+
+
+_KEYERS = {}  # class -> its key reader (see array_key)
+_NUMBA_KEYS = {}  # id(Numba device array) -> (weakref to it, its key), while it lives

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Problem", "Operands", "Launch", "KernelDescriptor", "MAX_M"]
+__all__ = ["Problem", "Operands", "Launch", "KernelDescriptor", "TuningRefused", "MAX_M"]
 
 #: The largest batch a call may have (rows of ``a``); larger batches are refused.
 MAX_M = 16
@@ -25,6 +25,18 @@ def _positive_ints(name, values, length=None):
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"{name} must hold positive ints; got {values!r}")
+
+
+class TuningRefused(ValueError):
+    """A descriptor's ``configure`` cannot honour tuning ``fields`` (their effective values in
+    ``values``); ``what`` says why and what it accepts. The dispatcher re-raises it as a
+    ``ValueError`` naming where each field came from (the ``tuning=`` argument or the
+    environment variables the user set)."""
+
+    def __init__(self, fields: tuple, values: dict, what: str):
+        self.fields, self.values, self.what = tuple(fields), dict(values), what
+        shown = ", ".join(f"{f}={values[f]}" for f in self.fields)
+        super().__init__(f"tuning ({shown}) {what}")
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,8 @@ class KernelDescriptor:
     eligibility: ``(problem) -> (eligible, reason)``; a pure function.
     configure: ``(problem, tuning, multiprocessors) -> (config, grid, block, shared_bytes)``;
         ``config`` is the kernel's own frozen configuration (the tuning's ``None`` fields filled
-        with the kernel's choices); raises ``ValueError`` naming a field the kernel cannot honour.
+        with the kernel's choices); raises :class:`TuningRefused` naming the fields the kernel
+        cannot honour.
     bind: ``(plan, operands) -> Launch`` for a :class:`~int4gemv.dispatch.Plan` of this kernel
         and the call's :class:`Operands`.
     choices: optional ``(problem, config, multiprocessors) -> {tuning field: why}``: why the

@@ -21,12 +21,19 @@ SIMULATOR_FACTS = ("simulator", 1, (0, 0))
 _facts = {}  # device id -> (name, multiprocessors, compute capability)
 
 
+_SIMULATED = []  # [answer] once asked: Numba fixes it when it is first imported
+
+
 def simulated() -> bool:
     """True when Numba runs CUDA kernels on its CPU simulator (``NUMBA_ENABLE_CUDASIM=1``, read
-    by Numba when it is first imported)."""
+    by Numba when it is first imported, so the answer is kept: an import per call costs about a
+    microsecond on the eager path)."""
+    if _SIMULATED:
+        return _SIMULATED[0]
     from numba import config
 
-    return bool(config.ENABLE_CUDASIM)
+    _SIMULATED.append(bool(config.ENABLE_CUDASIM))
+    return _SIMULATED[0]
 
 
 def current_device_id() -> int:

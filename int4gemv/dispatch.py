@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from . import autotune
-from .descriptor import Problem
+from .descriptor import Problem, TuningRefused
 from .descriptors import tensor_core
 from .registry import FALLBACK, descriptor
-from .tuning import Resolved, Tuning
+from .tuning import ENV_VARS, Resolved, Tuning
 
 __all__ = ["Plan", "plan_gemv"]
 
@@ -122,6 +122,23 @@ def _choose(problem, tuning, device_name, table):
     return _from_table(entry, how, tuning)
 
 
+def _refusal(refused, kernel, tuning, sources):
+    """The message of a refused tuning, naming where each refused field came from: the
+    environment variables the user set, the ``tuning=`` argument, the table, or the kernel's
+    default (the field was left ``None``)."""
+    named = []
+    for field in refused.fields:
+        value, source = refused.values[field], sources[field]
+        if getattr(tuning, field) is None:
+            named.append(f"{field}={value} (the {kernel} kernel's default)")
+        elif source.startswith(ENV_VARS):
+            named.append(source)  # "INT4GEMV_SINGLE_WARP_COLS=16": the variable as the user set it
+        else:
+            named.append(f"{field}={value} ({source})")
+    shown = ", ".join(f"{f}={refused.values[f]}" for f in refused.fields)
+    return f"{' and '.join(named)}: ({shown}) {refused.what}"
+
+
 def plan_gemv(problem: Problem, resolved: Resolved, *, device_name=None, multiprocessors=132,
               table=None) -> Plan:
     """Plan one call. ``table`` defaults to :func:`~.autotune.load_autotune_table`;
@@ -133,9 +150,12 @@ def plan_gemv(problem: Problem, resolved: Resolved, *, device_name=None, multipr
     eligible, why = kernel.eligibility(problem)
     if not eligible:
         raise ValueError(f"no kernel serves this call: {name}: {why}")
-    config, grid, block, shared = kernel.configure(problem, tuning, multiprocessors)
     sources = dict(resolved.sources)
     sources.update(from_table)
+    try:
+        config, grid, block, shared = kernel.configure(problem, tuning, multiprocessors)
+    except TuningRefused as refused:
+        raise ValueError(_refusal(refused, name, tuning, sources)) from None
     why = kernel.choices(problem, config, multiprocessors) if kernel.choices else {}
     rows = []
     for f in fields(Tuning):

@@ -11,11 +11,12 @@ the benchmarks all go through these functions:
 * :func:`bind` asks the planned kernel's descriptor for its launch (:mod:`.descriptor`) and binds
   it once (:mod:`.launcher`): a :class:`~.launcher.BoundLaunch` whose ``launch(stream)`` is one
   driver call.
-* the launch cache (:func:`launch_key`, :func:`cached_launch`, :func:`remember`, :func:`clear_caches`) keeps up to
-  :data:`MAX_LAUNCHES` bound launches of device calls with ``out`` given, keyed on the tuning
-  (a ``Tuning``/variant string as given, or the ``variant``/``pdl``/``prefetch`` keywords and
-  the four environment variables' raw values), the weight's identity and each array's type,
-  dtype, shape, strides and address. A hit is one dict lookup and one driver launch.
+* the launch cache (:func:`launch_key`, :func:`lookup`, :func:`remember`, :func:`clear_caches`)
+  keeps up to :data:`MAX_LAUNCHES` bound launches of device calls with ``out`` given, keyed on
+  the tuning (a ``Tuning``/variant string as given, or the ``variant``/``pdl``/``prefetch``
+  keywords and the four environment variables' values, read at call time), the weight's
+  identity and each array's class, dtype, shape, strides and address, read afresh on every call
+  (:func:`~.arrays.array_key`). A hit is one dict lookup and one driver launch.
 
 Batches are served up to ``M = 16`` (:data:`~.descriptor.MAX_M`) rows per call; larger ``a`` is
 refused (split it).
@@ -41,7 +42,7 @@ from .tuning import Tuning, read_environment
 from .weights import QuantizedWeight
 
 __all__ = ["Call", "validate", "plan", "bind", "run_host", "check_options", "emit_warnings",
-           "launch_key", "cached_launch", "remember", "clear_caches", "cached_launch_count",
+           "launch_key", "lookup", "remember", "clear_caches", "cached_launch_count",
            "MAX_LAUNCHES"]
 
 #: Bound launches kept by the launch cache (least recently stored dropped first).
@@ -98,6 +99,9 @@ def validate(a, w, bias=None, out=None) -> Call:
     want = (N,) if len(ai.shape) == 1 else (M, N)
     if infos["out"] is not None:
         check_array(infos["out"], dtype, lambda s: s == want, f"{list(want)}")
+        if infos["out"].readonly:
+            raise ValueError("out is read-only (numpy writeable=False, or a read-only "
+                             "__cuda_array_interface__); pass a writable array")
     align = 16 if not on_device else min(16, (ai.pointer & -ai.pointer) or 16)
     problem = Problem(M, N, K, w.block_size, dtype, w.has_zero_points, bias is not None, align)
     return Call(problem, w, ai, infos["bias"], infos["out"], on_device, len(ai.shape) == 1)
@@ -162,17 +166,23 @@ def run_host(plan: Plan, call: Call, out=None):
     return out
 
 
-def launch_key(a, w, bias, out, tuning, variant, pdl, prefetch):
+def launch_key(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
     """The launch-cache key of a device call with ``out``, or ``None`` when the call cannot use
-    the cache (host arrays, no ``out``, unusual argument types: those take the full pipeline)."""
+    the cache (host arrays, no ``out``, unusual argument types: those take the full pipeline).
+
+    With ``tuning=None`` the key holds the keywords and ``environment``, the caller's
+    :func:`~.tuning.read_environment` snapshot (read now when not given), so a change of a
+    variable applies to the next call; the caller resolves a miss from that same snapshot. A
+    :class:`~.tuning.Tuning` is keyed by identity (hashing it is a Python call): its entry keeps it
+    alive (:func:`remember`), so the identity cannot be reused while the entry exists."""
     if tuning is None:
         if pdl.__class__ is not bool or prefetch.__class__ is not bool or not (
                 variant is None or variant.__class__ is str):
             return None
-        how = (variant, pdl, prefetch) + read_environment()
-    elif (tuning.__class__ is Tuning or tuning.__class__ is str) and variant is None \
-            and pdl is False and prefetch is False:
-        how = tuning
+        how = (variant, pdl, prefetch, read_environment() if environment is None else environment)
+    elif variant is None and pdl is False and prefetch is False and (
+            tuning.__class__ is str or tuning.__class__ is Tuning):
+        how = tuning if tuning.__class__ is str else id(tuning)
     else:
         return None
     ka, kout = array_key(a), array_key(out)
@@ -184,20 +194,25 @@ def launch_key(a, w, bias, out, tuning, variant, pdl, prefetch):
     return None if kb is None else (how, id(w), ka, kout, kb)
 
 
-def cached_launch(key, w):
-    """The bound launch stored under ``key`` for this very weight (its warnings emitted again),
-    or ``None``."""
+def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
+    """``(key, bound launch or None)`` of a device call with ``out``: the launch stored under
+    :func:`launch_key` for this very weight (its warnings emitted again). ``key`` is ``None``
+    when the call cannot use the cache. The eager hot path: one key and one dict lookup."""
+    key = launch_key(a, w, bias, out, tuning, variant, pdl, prefetch, environment)
+    if key is None:
+        return None, None
     hit = _launches.get(key)
     if hit is None or hit[0]() is not w:
-        return None
+        return key, None
     if hit[2]:
         emit_warnings(hit[2], stacklevel=4)
-    return hit[1]
+    return key, hit[1]
 
 
-def remember(key, w, bound, messages=()):
-    """Store a bound launch under ``key`` (dropping the oldest beyond :data:`MAX_LAUNCHES`)."""
-    _launches[key] = (weakref.ref(w), bound, tuple(messages))
+def remember(key, w, bound, messages=(), tuning=None):
+    """Store a bound launch under ``key`` (dropping the oldest beyond :data:`MAX_LAUNCHES`);
+    ``tuning``, the call's ``tuning=`` argument, is kept alive with it (see :func:`launch_key`)."""
+    _launches[key] = (weakref.ref(w), bound, tuple(messages), tuning)
     while len(_launches) > MAX_LAUNCHES:
         _launches.popitem(last=False)
 

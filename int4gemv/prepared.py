@@ -7,6 +7,7 @@ call still builds the cache key (and, with ``tuning=None``, reads the environmen
 
 from __future__ import annotations
 
+from .arrays import describe
 from .backend import require_gpu
 from .device import stream_handle
 from .pipeline import bind, check_options, emit_warnings, plan, validate
@@ -50,10 +51,10 @@ def prepare(a, w, *, out, bias=None, tuning=None, variant=None, pdl=False,
     resolved = resolve_tuning(tuning, variant=variant, pdl=pdl, prefetch=prefetch)
     if out is None:
         raise ValueError("out is required: a prepared launch writes into a fixed output array")
-    call = validate(a, w, bias, out)
-    if not call.on_device:
+    if describe("a", a).kind != "device":  # before validate, which would blame out or bias
         raise TypeError(f"a must be a CUDA array for prepare (the host path copies on every call); "
                         f"got {type(a).__name__}")
+    call = validate(a, w, bias, out)
     check_options(resolved, call)
     chosen = plan(call, resolved)
     emit_warnings(chosen.warnings)

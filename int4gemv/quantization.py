@@ -13,26 +13,39 @@ __all__ = ["quantize"]
 _FLOATS = (np.dtype(np.float16), BFLOAT16, np.dtype(np.float32), np.dtype(np.float64))
 
 
+def _round_half_away(t):
+    """C's ``roundf``: to nearest, ties away from zero (computed in float64, where ``t ± 0.5``
+    of a float32 ``t`` is exact)."""
+    t = t.astype(np.float64)
+    return np.where(t >= 0, np.floor(t + 0.5), np.ceil(t - 0.5))
+
+
 def quantize(w, block_size: int = 32, symmetric: bool = True, *, dtype: str = "float16") -> QuantizedWeight:
-    """Quantize a float ``[N, K]`` weight (``K`` a multiple of 8) to INT4 blocks along K.
+    """Quantize a float ``[N, K]`` weight (``K`` a multiple of 8) to INT4 blocks along K, as ONNX
+    Runtime's ``quantize_matmul_4bits`` (MLAS ``BlockwiseQuantizer``) does for float16 weights.
 
-    Per block of ``block_size`` consecutive k (the last block is padded with zeros):
+    Arithmetic in float32 (``w`` is read as float32: float16/bfloat16 exactly, float64 rounded).
+    Per block of ``block_size`` consecutive k, over its real elements (the last block's padding
+    is not quantized: its bytes are 0, as in ORT's zero-filled buffer):
 
-    * ``symmetric=True``: ``m`` = the element of largest magnitude (its sign kept),
-      ``scale = m / -8``, zero point 8, so ``m`` maps to q = 0 exactly and the range is
-      [-8, 7] around 8. No zero points are stored.
-    * ``symmetric=False``: ``lo = min(min(x), 0)``, ``hi = max(max(x), 0)``,
-      ``scale = (hi - lo) / 15``, ``zp = round(clip(-lo / scale, 0, 15))``; zero points
-      are stored.
+    * ``symmetric=True``: ``m = max if |max| > |min| else min`` (a tie takes the minimum),
+      ``scale = -m / 8``, zero point 8 (not stored).
+    * ``symmetric=False``: ``lo = min(min, 0)``, ``hi = max(max, 0)``,
+      ``scale = (hi - lo) / 15``, ``zp = roundf(-lo / scale)`` (with that float32 scale, before it
+      is stored) clipped to 0..15; zero points are stored.
 
-    ``q = clip(round(x / scale) + zp, 0, 15)`` with round-half-to-even (ORT's ``nearbyint``);
-    all-zero blocks get scale 1. Scales are stored in ``dtype`` (``"float16"`` or
-    ``"bfloat16"``: the weight's dtype) and the rounding uses the stored scale, so
-    ``dequantize`` reproduces what the kernels use.
+    The scale is stored in ``dtype`` (``"float16"``, or ``"bfloat16"``: the weight's dtype),
+    rounded to nearest even, and the elements are rounded **with the stored scale**:
+    ``q = clip(roundf(x * (1 / scale) + zp), 0, 15)`` in float32, ``roundf`` rounding ties
+    **away from zero**. For float16 weights the result is ORT's bit for bit
+    (``tests/test_ort_interop.py``), with one difference: an all-zero block gets scale 1 where
+    ORT stores 0 (both dequantize to 0; its q and zero point are ORT's).
 
     Raises ``TypeError``/``ValueError`` naming ``w``, ``block_size``, ``symmetric`` or ``dtype``:
     ``block_size`` must be an int in :data:`~int4gemv.weights.BLOCK_SIZES` (``32.0`` is a
-    ``TypeError``), ``symmetric`` a bool, ``w`` a finite 2-D float array whose scales fit ``dtype``.
+    ``TypeError``), ``symmetric`` a bool, ``w`` a finite 2-D float array whose scales fit ``dtype``
+    (a scale that overflows it, or a nonzero scale that rounds to 0, is refused; ORT would store
+    inf or 0).
     """
     if not isinstance(w, np.ndarray):
         raise TypeError(f"w must be a numpy.ndarray, got {type(w).__name__}")
@@ -51,37 +64,52 @@ def quantize(w, block_size: int = 32, symmetric: bool = True, *, dtype: str = "f
     if N == 0 or K == 0 or K % 8:
         raise ValueError(f"w must have shape [N, K] with N > 0 and K a positive multiple of 8; "
                          f"got {w.shape}")
+    if not np.all(np.isfinite(w.astype(np.float64))):
+        raise ValueError("w must be finite (it has inf or NaN entries)")
+    with np.errstate(over="ignore"):
+        v32 = w.astype(np.float32)
+    if not np.all(np.isfinite(v32)):
+        raise ValueError("w must be finite in float32 (a float64 entry overflows float32)")
     block_size = int(block_size)
     n_blocks = -(-K // block_size)
-    x = np.zeros((N, n_blocks * block_size), np.float64)
-    x[:, :K] = w.astype(np.float64)
-    if not np.all(np.isfinite(x)):
-        raise ValueError("w must be finite (it has inf or NaN entries)")
+    padded = n_blocks * block_size
+    x = np.zeros((N, padded), np.float32)
+    x[:, :K] = v32
+    real = (np.arange(padded) < K).reshape(n_blocks, block_size)
     x = x.reshape(N, n_blocks, block_size)
+    lo = np.where(real, x, np.float32(np.inf)).min(axis=-1)
+    hi = np.where(real, x, np.float32(-np.inf)).max(axis=-1)
+    f32 = np.float32
     if symmetric:
-        idx = np.abs(x).argmax(axis=-1)[..., None]
-        scale = np.take_along_axis(x, idx, axis=-1)[..., 0] / -8.0
-        zp = np.full((N, n_blocks), 8.0)
+        m = np.where(np.abs(hi) > np.abs(lo), hi, lo)
+        scale = -m / f32(8)
+        zp = np.full((N, n_blocks), f32(8))
     else:
-        lo = np.minimum(x.min(axis=-1), 0.0)
-        hi = np.maximum(x.max(axis=-1), 0.0)
-        scale = (hi - lo) / 15.0
-        zp = np.round(np.clip(-lo / np.where(scale == 0, 1.0, scale), 0, 15))
-    scale = np.where(scale == 0, 1.0, scale)
+        lo, hi = np.minimum(lo, f32(0)), np.maximum(hi, f32(0))
+        scale = (hi - lo) / f32(15)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            zp_fp = np.where(scale != 0, f32(0) - lo / scale, lo)
+        zp = np.clip(_round_half_away(zp_fp), 0, 15).astype(np.float32)
     limit = float(ml_dtypes.finfo(numpy_dtype(dtype)).max)
-    if np.abs(scale).max() > limit:
+    with np.errstate(over="ignore"):
+        stored = scale.astype(numpy_dtype(dtype))
+    if not np.all(np.isfinite(stored.astype(np.float64))):
         raise ValueError(f"w is too large to quantize with {dtype} scales: a block's scale "
                          f"{np.abs(scale).max():.6g} exceeds {limit:.6g}")
-    stored = scale.astype(numpy_dtype(dtype))
-    if np.any(stored.astype(np.float64) == 0):
+    if np.any((stored.astype(np.float64) == 0) & (scale != 0)):
         raise ValueError(f"w has a block whose scale underflows {dtype} (values too small)")
-    s = stored.astype(np.float64)[..., None]
-    q = np.clip(np.round(x / s) + zp[..., None], 0, 15).astype(np.uint8)
+    s32 = stored.astype(np.float32)
+    with np.errstate(divide="ignore"):
+        reciprocal = np.where(s32 != 0, f32(1) / s32, f32(0))
+    t = x * reciprocal[..., None] + zp[..., None]  # float32, as ORT: v * (1 / scale) + zp
+    q = np.clip(_round_half_away(t), 0, 15).astype(np.uint8)
+    q = np.where(real, q, np.uint8(0))  # padding: ORT leaves its zero-filled buffer
     packed = (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
+    stored = np.where(scale == 0, np.ones_like(stored), stored)  # all-zero blocks: scale 1
     zero_points = None
     if not symmetric:
         zpi = zp.astype(np.uint8)
-        if n_blocks % 2:
-            zpi = np.concatenate([zpi, np.zeros((N, 1), np.uint8)], axis=1)
+        if n_blocks % 2:  # the unused high nibble: 8, as ORT writes it
+            zpi = np.concatenate([zpi, np.full((N, 1), 8, np.uint8)], axis=1)
         zero_points = (zpi[:, 0::2] | (zpi[:, 1::2] << 4)).astype(np.uint8)
     return QuantizedWeight(packed, stored, zero_points, K=K, N=N, block_size=block_size)

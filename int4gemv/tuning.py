@@ -15,8 +15,8 @@ A call's tuning is resolved in exactly one place, :func:`resolve_tuning`:
   - ``pdl`` / ``prefetch``: the keywords (default ``False``); ``activations``: ``None``.
 
 Any invalid environment value raises ``ValueError`` naming the variable and the accepted values;
-an invalid field raises ``TypeError``/``ValueError`` naming the field. The variables are read with
-``os.environ.get`` at call time (:func:`read_environment`), so a change applies to the next call.
+an invalid field raises ``TypeError``/``ValueError`` naming the field. The variables are read from
+``os.environ`` at call time (:func:`read_environment`), so a change applies to the next call.
 """
 
 from __future__ import annotations
@@ -124,10 +124,40 @@ class Resolved:
         return dict(self.sources)[field]
 
 
+_UNSET = (None, None, None, None)
+_direct = [None, None, ()]  # [the os.environ it reads, its backing dict (or None), encoded names]
+
+
+def _bind_direct(environ):
+    """Read :data:`ENV_VARS` from ``environ``'s backing dict where it is CPython's ``os._Environ``
+    (what ``os.environ.get`` itself reads, without encoding each name on every call); anything
+    else (a mapping put in its place) is read through ``.get``."""
+    data = getattr(environ, "_data", None)
+    encode = getattr(environ, "encodekey", None)
+    if isinstance(data, dict) and callable(encode) and callable(getattr(environ, "decodevalue", None)):
+        _direct[:] = [environ, data, tuple(encode(name) for name in ENV_VARS)]
+    else:
+        _direct[:] = [environ, None, ()]
+
+
 def read_environment() -> tuple:
-    """The raw values of :data:`ENV_VARS` now (``None`` when unset): what a resolution reads."""
-    get = os.environ.get
-    return get(PRIMARY), get(LEGACY), get(COLS), get(UNROLL)
+    """The values of :data:`ENV_VARS` in ``os.environ`` now (``None`` when unset), as
+    ``os.environ.get`` returns them: what a resolution reads. Called on every ``tuning=None``
+    call, so it reads ``os.environ``'s backing dict directly (four dict lookups) and decodes only
+    the variables that are set; ``os.environ`` replaced by another mapping is read with ``.get``."""
+    environ = os.environ
+    if environ is not _direct[0]:
+        _bind_direct(environ)
+    data = _direct[1]
+    if data is None:
+        get = environ.get
+        return get(PRIMARY), get(LEGACY), get(COLS), get(UNROLL)
+    k0, k1, k2, k3 = _direct[2]
+    raw = data.get(k0), data.get(k1), data.get(k2), data.get(k3)
+    if raw == _UNSET:
+        return _UNSET
+    decode = environ.decodevalue
+    return tuple(None if v is None else decode(v) for v in raw)
 
 
 def _choice(name, raw, accepted):

@@ -201,3 +201,55 @@ def test_torch_like_fp16_tensor_runs(rng):
     y = out_tensor.to_host().astype(np.float64)
     ref = ig.reference_gemv(a, w)
     assert np.all(np.isfinite(y)) and np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
+
+
+# Issue 22, item 3: each bad argument is named before anything runs.
+
+def test_a_read_only_out_is_refused_naming_out(w, rng, no_launch):
+    out = np.zeros(8, np.float16)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out is read-only"):
+        ig.gemv(rng.standard_normal(64).astype(np.float16), w, out=out)
+
+
+def test_a_read_only_device_out_is_refused_naming_out(w, rng, no_launch):
+    """A ``__cuda_array_interface__`` whose ``data`` says read-only is refused like numpy's."""
+    class ReadOnly:
+        def __init__(self, arr):
+            self.arr = arr  # keeps the memory alive
+            pointer = arr._ary.ctypes.data if SIMULATED else arr.device_ctypes_pointer.value
+            self.__cuda_array_interface__ = {"shape": (8,), "typestr": "<f2", "version": 3,
+                                             "data": (pointer, True), "strides": None}
+
+    a = cuda.to_device(rng.standard_normal(64).astype(np.float16))
+    with pytest.raises(ValueError, match="out is read-only"):
+        ig.gemv(a, w, out=ReadOnly(cuda.device_array(8, np.float16)))
+
+
+@pytest.mark.parametrize("primary, cols, unroll, named", [
+    ("1", "16", "4", ["INT4GEMV_SINGLE_WARP_COLS=16", "INT4GEMV_SINGLE_WARP_UNROLL=4"]),
+    ("1", "16", None, ["INT4GEMV_SINGLE_WARP_COLS=16", "unroll=4 (the single_warp kernel's default)"]),
+    (None, "16", None, ["INT4GEMV_SINGLE_WARP_COLS=16"]),
+    (None, None, "8", ["INT4GEMV_SINGLE_WARP_UNROLL=8"]),
+])
+def test_an_environment_tuning_no_kernel_has_names_the_variables(w, rng, no_launch, monkeypatch,
+                                                                 primary, cols, unroll, named):
+    for name, value in (("INT4GEMV_SINGLE_WARP", primary), ("INT4GEMV_SINGLE_WARP_COLS", cols),
+                        ("INT4GEMV_SINGLE_WARP_UNROLL", unroll)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    a = rng.standard_normal(32 * 4).astype(np.float16)
+    w = ig.quantize(rng.standard_normal((8, 128)).astype(np.float32), 32)
+    with pytest.raises(ValueError) as err:
+        ig.gemv(a, w)
+    message = str(err.value)
+    assert message.startswith(" and ".join(named) + ": "), message
+    assert "tuning" not in message.split(":")[0]
+
+
+def test_a_given_tuning_no_kernel_has_names_the_tuning_argument(w, rng, no_launch):
+    with pytest.raises(ValueError, match=r"cols=16 \(argument tuning=\) and unroll=4 \(argument tuning=\)"):
+        ig.gemv(rng.standard_normal(64).astype(np.float16), w,
+                tuning=ig.Tuning("single_warp", cols=16, unroll=4))

@@ -289,7 +289,36 @@ def test_the_report_writes_json_table_and_chart_and_the_loader_finds_the_newest(
     table = report.format_table(new)
     assert "x tinygemm" in table and "x torch.mv" in table and "gemlite" not in table.splitlines()[0]
     assert "gemlite (gemlite is not installed)" in report.format_summary(new)
-    assert chart.plot(latest) is not None
+    check_chart(chart.plot(latest), latest)
+
+
+def check_chart(fig, doc):
+    """The chart draws ``doc``: each method's GB/s per shape (every timed row, at its shape's
+    position), the copy roofline, one bar per decode-step configuration at its µs, the device
+    and the byte floor in the titles."""
+    assert fig is not None, "a timed document must be plotted"
+    ax, ax2 = fig.axes[:2]
+    rows = [r for r in doc["rows"] if r.get("gbs")]
+    shapes = [t.get_text().split("\n")[0] for t in ax.get_xticklabels()]
+    assert set(shapes) == {r["shape"] for r in rows}
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    copy = [line for line in lines.values() if "roofline" in line.get_label()]
+    assert len(copy) == 1 and copy[0].get_ydata()[0] == doc["copy_bandwidth_gbs"]
+    for method in ("default", "single_warp", "auto") + tuple(
+            dict.fromkeys(r["method"] for r in rows if r["family"] == "peer")):
+        line = lines[method]
+        plotted = dict(zip(line.get_xdata(), line.get_ydata()))
+        for r in rows:
+            if r["method"] == method:
+                assert plotted[shapes.index(r["shape"])] == pytest.approx(r["gbs"]), (method, r["shape"])
+    assert doc["device"]["name"] in ax.get_title()
+    step = doc.get("decode_step") or {}
+    configs = [c for c in step.get("configs", []) if c.get("us")]
+    heights = [patch.get_height() for patch in ax2.patches]
+    assert heights == pytest.approx([c["us"] for c in configs])
+    if configs:
+        floor = [line for line in ax2.get_lines() if "byte floor" in line.get_label()]
+        assert len(floor) == 1 and floor[0].get_ydata()[0] == pytest.approx(step["floor_us"])
 
 
 def test_the_decode_step_lines_count_the_step_launches_not_the_replays():
@@ -308,7 +337,10 @@ def test_committed_results_load_describe_and_plot():
     for path in paths:
         doc = results_io.load(path)
         assert doc["device"]["name"] in results_io.describe(doc)
-        assert (chart.plot(doc) is not None) == bool(doc.get("timed"))
+        if doc.get("timed"):
+            check_chart(chart.plot(doc), doc)
+        else:
+            assert chart.plot(doc) is None
 
 
 def test_with_no_results_the_loader_says_so(tmp_path, monkeypatch):

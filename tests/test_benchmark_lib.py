@@ -96,7 +96,9 @@ def test_a_malformed_workload_is_refused_naming_the_field(tmp_path, change, mess
     path.write_text("{not json")
     with pytest.raises(ValueError, match="bad.json: not valid JSON"):
         load_workload(path)
-    assert check_workload(load_workload()) is not None
+    good = load_workload()
+    assert check_workload(good) is good  # the document itself, unchanged
+    assert [p["name"] for p in good["projections"]][-1] == "lm_head"
 
 
 # -- weights ---------------------------------------------------------------------------------------------------
@@ -316,4 +318,11 @@ def test_time_gemv_and_compare_time_on_the_gpu():
             assert row.us > 0 and (row.rel_err is None or row.rel_err < 1e-2), row
         else:
             assert "unavailable" in row.error, row
-    assert table.plot() is not None
+    fig = table.plot()
+    timed = [r for r in table.rows if r.gbs]
+    bars = [(bar.get_label(), [p.get_height() for p in bar.patches]) for bar in fig.axes[0].containers]
+    shapes = list(dict.fromkeys((r.N, r.K) for r in timed))
+    assert [m for m, _ in bars] == list(dict.fromkeys(r.method for r in timed))
+    for method, heights in bars:  # one bar per shape at the method's GB/s (0: not timed there)
+        want = [next((r.gbs for r in timed if (r.N, r.K) == s and r.method == method), 0) for s in shapes]
+        assert heights == pytest.approx(want), method

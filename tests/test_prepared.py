@@ -66,6 +66,8 @@ def no_launch(monkeypatch):
 
 @pytest.mark.parametrize("case, exc, match", [
     ("host a", TypeError, "a must be a CUDA array for prepare"),
+    ("host a, device out", TypeError, "a must be a CUDA array for prepare"),
+    ("host a, device out and bias", TypeError, "a must be a CUDA array for prepare"),
     ("no out", ValueError, "out is required"),
     ("bad out", ValueError, "out must have shape"),
     ("pdl int", TypeError, "pdl must be a bool"),
@@ -80,6 +82,8 @@ def test_bad_input_is_refused_before_any_launch(rng, no_launch, case, exc, match
     a, out = cuda.to_device(a_h), cuda.device_array(8, np.float16)
     kwargs = {
         "host a": dict(a=a_h, out=np.zeros(8, np.float16)),
+        "host a, device out": dict(a=a_h, out=out),
+        "host a, device out and bias": dict(a=a_h, out=out, bias=cuda.device_array(8, np.float16)),
         "no out": dict(a=a, out=None),
         "bad out": dict(a=a, out=cuda.device_array(9, np.float16)),
         "pdl int": dict(a=a, out=out, pdl=1),

@@ -55,17 +55,53 @@ def test_ort_flat_arrays_and_fp32_scales_are_accepted(rng):
     np.testing.assert_array_equal(two_d.packed, w.packed)
 
 
+#: Float32 arithmetic slack of ``x * (1 / scale) + zp`` (|t| <= 16: a few ulps of 2**-19), in steps.
+ARITHMETIC_STEPS = 2.0 ** -16
+
+
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("bs", BLOCK_SIZES)
-def test_quantize_error_is_within_half_a_step(rng, bs, symmetric):
+def test_quantize_error_is_within_half_a_step_of_the_stored_scale(rng, bs, symmetric):
+    """Half a step of the *stored* scale (plus float32 slack), except the symmetric range's
+    clipped positive end (x / scale in (7.5, 8]: q = 15). Rounding with another scale than the
+    stored one (e.g. the float32 scale before it is rounded to float16, 2**-11 apart) puts
+    elements near a tie up to 8 * 2**-11 steps further away and fails."""
     N, K = 5, 200
-    x = rng.standard_normal((N, K)).astype(np.float32)
+    x = (rng.standard_normal((N, K)) * 10.0 ** rng.uniform(-2, 2, (N, 1))).astype(np.float32)
     w = quantize(x, bs, symmetric)
-    err = np.abs(w.dequantize(np.float64) - x)
-    step = np.repeat(np.abs(w.scales.astype(np.float64)), bs, axis=1)[:, :K]
-    # Half a step of rounding, plus the symmetric range [-8, 7] clipping the positive extreme.
-    assert np.all(err <= step * (1.0 if symmetric else 0.5) + 1e-3 * np.abs(x) + 1e-6)
+    k_block = np.arange(K) // bs
+    step = np.abs(w.scales.astype(np.float64))[:, k_block]
+    err = np.abs(w.dequantize(np.float64) - x) / step
+    zp = w.zero_point_values().astype(np.float64)[:, k_block]
+    t = x / w.scales.astype(np.float64)[:, k_block] + zp
+    clipped = t > 15.5
+    assert np.all(err[~clipped] <= 0.5 + ARITHMETIC_STEPS), \
+        f"worst {err[~clipped].max() - 0.5:.2e} steps over half"
+    assert np.all(w.unpacked()[clipped] == 15) and np.all(t[clipped] <= 16 + ARITHMETIC_STEPS)
     assert (w.zero_points is None) == symmetric
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_quantize_rounds_ties_up_as_orts_roundf_of_x_over_scale_plus_zp(rng, symmetric):
+    """ORT rounds ``roundf(x * (1 / scale) + zp)``; that sum is >= 0 wherever it matters, so a
+    tie rounds up (toward +inf in x), for negative x too: not half to even, and not
+    ``roundf(x / scale) + zp`` (away from zero in x)."""
+    bs, scale = 32, 0.25  # a power of two: x / scale is exact
+    halves = np.arange(-15, 15) + 0.5  # every half step of the range
+    x = np.zeros((2, 2 * bs), np.float32)
+    if symmetric:
+        x[:, 0] = -8 * scale  # the block's extreme: scale = 0.25, zp = 8
+        x[:, 1:31] = halves[(halves > -8) & (halves < 7)][:30].repeat(3)[:30] * scale
+    else:
+        x[:, 0], x[:, 1] = -6 * scale, 9 * scale  # (hi - lo) / 15 = 0.25, zp = 6
+        x[:, 2:32] = halves[(halves > -6) & (halves < 9)][:30].repeat(3)[:30] * scale
+    w = quantize(x, bs, symmetric)
+    assert float(w.scales[0, 0]) == scale and w.zero_point_values()[0, 0] == (8 if symmetric else 6)
+    q = w.unpacked()[:, :bs].astype(np.float64)
+    zp = 8 if symmetric else 6
+    tie = (x[:, :bs] / scale) % 1 == 0.5
+    assert tie.sum() >= 40
+    np.testing.assert_array_equal(q[tie], np.floor(x[:, :bs][tie] / scale + zp) + 1)
 
 
 def test_quantize_symmetric_maps_the_largest_magnitude_to_q0(rng):

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..descriptor import KernelDescriptor, Launch
+from ..descriptor import KernelDescriptor, Launch, TuningRefused
 from ..kernels import default as tiling
 
 __all__ = ["DESCRIPTOR", "eligibility"]
@@ -27,11 +27,11 @@ def eligibility(problem):
 
 def configure(problem, tuning, multiprocessors):
     if tuning.cols is not None and tuning.cols not in tiling.COLS:
-        raise ValueError(f"tuning cols={tuning.cols} is not a default-tiling column count; "
-                         f"accepted: {tiling.COLS}")
+        raise TuningRefused(("cols",), {"cols": tuning.cols},
+                            f"is not a default-tiling column count; accepted: {tiling.COLS}")
     if tuning.unroll is not None and tuning.unroll not in tiling.UNROLLS:
-        raise ValueError(f"tuning unroll={tuning.unroll} is not a default-tiling unroll; "
-                         f"accepted: {tiling.UNROLLS}")
+        raise TuningRefused(("unroll",), {"unroll": tuning.unroll},
+                            f"is not a default-tiling unroll; accepted: {tiling.UNROLLS}")
     config = tiling.choose_config(problem.M, problem.N, problem.K, problem.block_size,
                                   problem.dtype, problem.zero_points,
                                   act_aligned16=problem.act_align >= 16, cols=tuning.cols,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..descriptor import KernelDescriptor, Launch
+from ..descriptor import KernelDescriptor, Launch, TuningRefused
 from ..kernels import single_warp as sw
 
 __all__ = ["DESCRIPTOR", "SingleWarpConfig", "eligibility"]
@@ -60,8 +60,9 @@ def configure(problem, tuning, multiprocessors):
     cols = sw.DEFAULT_TUNING[0] if tuning.cols is None else tuning.cols
     unroll = sw.DEFAULT_TUNING[1] if tuning.unroll is None else tuning.unroll
     if (cols, unroll) not in sw.TUNINGS:
-        raise ValueError(f"tuning (cols={cols}, unroll={unroll}) is not a compiled single-warp "
-                         f"tuning; accepted (cols, unroll): {sw.TUNINGS}")
+        raise TuningRefused(("cols", "unroll"), {"cols": cols, "unroll": unroll},
+                            f"is not a compiled single-warp tuning; accepted (cols, unroll): "
+                            f"{sw.TUNINGS}")
     mode = tuning.activations or sw.activation_mode(problem.K, unroll)
     if mode == "registers" and sw.activation_mode(problem.K, unroll) != "registers":
         raise ValueError(f"tuning activations='registers' needs K <= 512 * unroll = "

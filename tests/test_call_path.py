@@ -1,0 +1,213 @@
+"""The eager call path (issue 22, item 4): what the launch cache may remember and what it must
+read again on every call.
+
+* the environment is read at call time (:func:`int4gemv.tuning.read_environment` reads
+  ``os.environ``'s backing dict) and a miss is resolved from the same snapshot as its key;
+* a ``Tuning`` is keyed by identity and kept alive by its entry;
+* a tensor's shape, strides and address are read afresh on every call (in-place resizes);
+* Numba device arrays' keys are kept per live object and dropped when the array dies (GPU).
+"""
+
+import gc
+import os
+import weakref
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import int4gemv as ig
+import int4gemv.api as api
+from int4gemv import pipeline
+from int4gemv.arrays import array_key
+from int4gemv.device import simulated
+from int4gemv.tuning import ENV_VARS, read_environment
+
+SIMULATED = simulated()
+TOL = 2e-3  # per-output error against float64, relative to sum |a| |w| (tests/test_kernels.py)
+
+
+def _err(y, a, w):
+    ref = ig.reference_gemv(a, w)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(w.dequantize(np.float64)).T
+    return np.max(np.abs(y.astype(np.float64) - ref) / scale)
+
+
+def _small(rng, N=8, K=64):
+    w = ig.quantize(rng.standard_normal((N, K)).astype(np.float32), 32)
+    a_h = rng.standard_normal(K).astype(np.float16)
+    return w, a_h, cuda.to_device(a_h), cuda.device_array(N, np.float16)
+
+
+@pytest.mark.parametrize("values", [
+    {}, {"INT4GEMV_SINGLE_WARP": "1"}, {"INT4GEMV_SINGLE_WARP_COLS": " 4 ", "INT4GEMV_SINGLE_WARP": "auto"},
+    {name: "é" for name in ENV_VARS},
+])
+def test_read_environment_is_what_os_environ_get_returns(monkeypatch, values):
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    assert read_environment() == tuple(os.environ.get(n) for n in ENV_VARS)
+    monkeypatch.delenv(next(iter(values), ENV_VARS[0]), raising=False)  # a change is seen at once
+    assert read_environment() == tuple(os.environ.get(n) for n in ENV_VARS)
+
+
+def test_read_environment_follows_a_mapping_put_in_place_of_os_environ(monkeypatch):
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "1")
+    assert read_environment()[0] == "1"
+    monkeypatch.setattr(os, "environ", {"INT4GEMV_SINGLE_WARP_UNROLL": "2"})
+    assert read_environment() == (None, None, None, "2")
+
+
+def test_a_cached_call_follows_environment_changes(rng, monkeypatch):
+    w, a_h, a, out = _small(rng, 8, 64)
+    pipeline.clear_caches()
+    seen = []
+    real_plan = api.plan
+    monkeypatch.setattr(api, "plan",
+                        lambda call, resolved: seen.append(resolved) or real_plan(call, resolved))
+    for primary, count in (("1", 1), ("0", 2), ("1", 2), (None, 3)):
+        if primary is None:
+            monkeypatch.delenv("INT4GEMV_SINGLE_WARP")
+        else:
+            monkeypatch.setenv("INT4GEMV_SINGLE_WARP", primary)
+        out.copy_to_device(np.full(8, np.nan, np.float16))
+        ig.gemv(a, w, out=out)
+        assert pipeline.cached_launch_count() == count
+        assert _err(out.copy_to_host(), a_h, w) <= TOL
+    assert [r.tuning.variant for r in seen] == ["single_warp", "default", "default"]
+
+
+def test_a_miss_is_resolved_from_the_snapshot_its_key_was_made_of(rng, monkeypatch):
+    """The environment is read once per call: the key and the resolution of a miss see the same
+    values even if ``os.environ`` changes in between (here: read_environment reports a value
+    os.environ no longer has)."""
+    w, a_h, a, out = _small(rng, 8, 64)
+    pipeline.clear_caches()
+    snapshot = ("1", None, None, None)
+    monkeypatch.setattr(api, "read_environment", lambda: snapshot)
+    seen = []
+    real_plan = api.plan
+    monkeypatch.setattr(api, "plan",
+                        lambda call, resolved: seen.append(resolved) or real_plan(call, resolved))
+    ig.gemv(a, w, out=out)
+    assert seen[0].tuning.variant == "single_warp"
+    assert seen[0].source("variant") == "INT4GEMV_SINGLE_WARP=1"
+    assert pipeline.lookup(a, w, None, out, None, None, False, False, snapshot)[1] is not None
+
+
+def test_equal_tunings_are_cached_apart_and_each_entry_keeps_its_tuning(rng):
+    w, a_h, a, out = _small(rng, 8, 64)
+    pipeline.clear_caches()
+    t1, t2 = ig.Tuning("default"), ig.Tuning("default")
+    for t, count in ((t1, 1), (t1, 1), (t2, 2), ("default", 3), ("default", 3)):
+        out.copy_to_device(np.full(8, np.nan, np.float16))
+        assert ig.gemv(a, w, out=out, tuning=t) is out
+        assert pipeline.cached_launch_count() == count
+        assert _err(out.copy_to_host(), a_h, w) <= TOL
+    alive = weakref.ref(t1)
+    del t1
+    gc.collect()
+    assert alive() is not None  # its id stays unique while its entry exists
+    assert any(entry[3] is alive() for entry in pipeline._launches.values())
+
+
+class Tensor:
+    """A torch-like tensor (torch need not be installed) over host memory (the simulator's
+    device memory), whose shape and strides can change in place, as ``resize_`` does."""
+
+    def __init__(self, host):
+        self.host, self.shape, self.dtype = host, host.shape, "torch.float16"
+        self.device = type("device", (), {"type": "cuda", "index": 0})()
+        self._stride = tuple(s // host.itemsize for s in host.strides)
+
+    def data_ptr(self):
+        return self.host.ctypes.data
+
+    def stride(self):
+        return self._stride
+
+    def element_size(self):
+        return self.host.itemsize
+
+
+@pytest.mark.skipif(not SIMULATED,
+                    reason="a fake tensor over host memory is device memory only on the simulator")
+def test_a_tensor_changed_in_place_is_validated_again(rng):
+    w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
+    a_h = rng.standard_normal(64).astype(np.float16)
+    a, out = Tensor(a_h), Tensor(np.full(16, np.nan, np.float16))
+    out.shape = (8,)  # a view of the first 8 elements, as after resize_(8)
+    pipeline.clear_caches()
+    ig.gemv(a, w, out=out)
+    ig.gemv(a, w, out=out)
+    assert pipeline.cached_launch_count() == 1
+    assert _err(out.host[:8], a_h, w) <= TOL
+    out.shape = (16,)  # resized in place: same object, same address
+    with pytest.raises(ValueError, match="out must have shape"):
+        ig.gemv(a, w, out=out)
+    out.shape, out._stride = (8,), (2,)  # as_strided_ in place
+    with pytest.raises(ValueError, match="out must be C-contiguous"):
+        ig.gemv(a, w, out=out)
+
+
+def test_keys_of_things_that_are_not_device_arrays_are_none():
+    assert array_key(None) is None and array_key(np.zeros(3, np.float16)) is None
+    assert array_key("abc") is None and array_key([1.0]) is None
+
+
+@pytest.mark.gpu
+def test_real_torch_tensors_resized_or_repointed_in_place_are_seen(rng):
+    torch = pytest.importorskip("torch")
+    N, K = 256, 512
+    w = ig.quantize(rng.standard_normal((N, K)).astype(np.float32), 32)
+    a_h = rng.standard_normal(K).astype(np.float16)
+    a = torch.from_numpy(a_h).cuda()
+    out = torch.full((N,), float("nan"), dtype=torch.float16, device="cuda")
+    pipeline.clear_caches()
+    ig.gemv(a, w, out=out)
+    ig.gemv(a, w, out=out)
+    assert pipeline.cached_launch_count() == 1
+    torch.cuda.synchronize()
+    assert _err(out.cpu().numpy(), a_h, w) <= TOL
+    out.resize_(N // 2)
+    with pytest.raises(ValueError, match="out must have shape"):
+        ig.gemv(a, w, out=out)
+    out.resize_(2 * N)  # storage for a stride-2 view of N elements
+    out.as_strided_((N,), (2,))
+    with pytest.raises(ValueError, match="out must be C-contiguous"):
+        ig.gemv(a, w, out=out)
+    fresh = torch.full((N,), float("nan"), dtype=torch.float16, device="cuda")
+    out.set_(fresh)  # same Python object, new memory
+    b_h = rng.standard_normal(K).astype(np.float16)
+    a.copy_(torch.from_numpy(b_h))
+    ig.gemv(a, w, out=out)
+    torch.cuda.synchronize()
+    assert _err(fresh.cpu().numpy(), b_h, w) <= TOL
+
+
+@pytest.mark.gpu
+def test_numba_array_keys_are_kept_per_live_array_only(rng):
+    from int4gemv import arrays
+    w, a_h, a, out = _small(rng, 256, 512)
+    pipeline.clear_caches()
+    for _ in range(3):  # new arrays (ids may be reused): each computes its own result
+        b_h = rng.standard_normal(512).astype(np.float16)
+        b = cuda.to_device(b_h)
+        out.copy_to_device(np.full(256, np.nan, np.float16))
+        ig.gemv(b, w, out=out)
+        assert _err(out.copy_to_host(), b_h, w) <= TOL
+        ident = id(b)
+        assert ident in arrays._NUMBA_KEYS
+        del b
+        gc.collect()
+        assert ident not in arrays._NUMBA_KEYS
+
+
+def test_the_host_cost_probe_measures_every_call_form():
+    """``bench/eager_host_cost.py`` (the CPU-side probe of this path) runs and times each form."""
+    from bench import eager_host_cost
+
+    best = eager_host_cost.measure(calls=5, repeats=1)
+    assert set(best) == {"prepare()-like floor", "gemv(tuning=None)", 'gemv(variant="default")',
+                         "gemv(tuning=Tuning(...))"}
+    assert all(us > 0 for us in best.values())
