@@ -7,11 +7,12 @@ lm_head, 2 on gate/up, lanes 32, unroll 2 or 1, blocks per SM 8/4/2, M compiled 
 otherwise never run in CI. Here:
 
 * the default tiling: each distinct ``(cols, lanes, unroll, blocks_per_sm, dtype)`` that
-  ``choose_config`` picks for the decode workload's shapes at M = 1..16 on a 132-SM GPU (derived
-  at collection time, so a change of ``choose_config`` changes what runs), at the smallest M
-  that picks it and at M = 16, forced through ``gemv(..., tuning=Tuning("default", cols=,
-  unroll=))`` at a K that gives the same lanes and chunks per lane, N = two column groups + 1
-  (a partial group); plus every ``Tuning`` ``cols`` x ``unroll`` the default tiling accepts;
+  ``choose_config`` picks for the decode workload's shapes on a 132-SM GPU at the batches the
+  dispatcher gives it (M = 1; larger batches run on tensor cores), derived at collection time so
+  a change of ``choose_config`` changes what runs, forced through ``gemv(..., tuning=Tuning(
+  "default", cols=, unroll=))`` at a K that gives the same lanes and chunks per lane, N = two
+  column groups + 1 (a partial group); plus every ``Tuning`` ``cols`` x ``unroll`` the default
+  tiling accepts;
 * the single-warp kernel: every compiled ``(cols, unroll)`` in both activation modes, and with
   ``pdl``/``prefetch``.
 
@@ -28,6 +29,7 @@ import pytest
 from numba import cuda
 
 import int4gemv as ig
+from int4gemv.descriptors import tensor_core
 from int4gemv.kernels import single_warp
 from int4gemv.kernels.default import COLS, UNROLLS, choose_config
 
@@ -42,11 +44,13 @@ def _bf16():
 
 
 def _decode_choices():
-    """``{(cols, lanes, unroll, blocks_per_sm, dtype): [M values]}`` over the decode shapes."""
+    """``{(cols, lanes, unroll, blocks_per_sm, dtype): [M values]}`` over the decode shapes, for
+    the batches the dispatcher gives the default tiling (M < ``tensor_core.MIN_M``; larger
+    batches run on tensor cores, ``tests/test_tensor_core.py``)."""
     doc = json.loads(resources.files("int4gemv.workloads").joinpath("qwen3_vl_2b_decode.json").read_text())
     found = {}
     for p in doc["projections"]:
-        for M in range(1, 17):
+        for M in range(1, tensor_core.MIN_M):
             for dtype in ("float16", "bfloat16"):
                 c = choose_config(M, p["N"], p["K"], doc["block_size"], dtype, False,
                                   multiprocessors=GPU_MULTIPROCESSORS)
@@ -56,10 +60,6 @@ def _decode_choices():
 
 DECODE = _decode_choices()
 DECODE_CASES = sorted((*key, min(ms)) for key, ms in DECODE.items())
-#: M = 16 (the largest batch) once (float16, the most columns any batch gets), at the smallest
-#: K with 32 lanes (one chunk per lane: the tail step only; the full steps run in the cases
-#: above), to keep the simulator fast.
-BATCH16_CASES = [(*max(key for key, ms in DECODE.items() if 16 in ms and key[4] == "float16"), 16)]
 
 
 def _k_for(lanes, per_lane):
@@ -94,7 +94,7 @@ def _columns(cols, lanes):
 
 
 @pytest.mark.parametrize("cols, lanes, unroll, blocks, dtype, M, per_lane",
-                         [c + (2,) for c in DECODE_CASES] + [c + (1,) for c in BATCH16_CASES])
+                         [c + (2,) for c in DECODE_CASES])
 def test_every_default_tiling_choice_on_the_decode_shapes(rng, cols, lanes, unroll, blocks, dtype,
                                                           M, per_lane):
     K = _k_for(lanes, per_lane)  # 2 chunks per lane as at K = 2048: a full step and a tail step
