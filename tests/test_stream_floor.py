@@ -9,7 +9,8 @@ import pytest
 from numba import cuda
 
 from int4gemv.benchmark import GemvBench, random_weight
-from int4gemv.benchmark.stream import CANDIDATES, StreamConfig, StreamPeer, choose, clear_choices, size_class
+from int4gemv.benchmark.stream import (CANDIDATES, StreamConfig, StreamPeer, choose, clear_choices, operands,
+                                      size_class)
 from int4gemv.kernels.stream import WIDTHS, expected_checksum, stream_kernel, warps_in_grid
 
 from conftest import SIMULATED
@@ -65,7 +66,7 @@ def test_the_peer_streams_each_weight_format(bs, zp, dtype):
         w = ig.QuantizedWeight(w.packed, w.scales.astype(ml_dtypes.bfloat16), w.zero_points,
                                K=w.K, N=w.N, block_size=bs)
     peer = StreamPeer([w.to_device()], StreamConfig(4, 2, threads=32, blocks_per_sm=1), 1)
-    assert peer.nbytes == w.nbytes
+    assert sum(operands(w)[1::2]) == w.nbytes == peer.nbytes   # exactly the format's bytes
     assert peer.check()
 
 
