@@ -44,10 +44,12 @@ def _skip(plan, variant) -> bool:
     return variant not in ("auto", "env") and plan.kernel != variant
 
 
-def run_targets(plan, variants, args, simulated: bool) -> dict:
+def run_targets(plan, variants, args, simulated: bool, checkpoint=None) -> dict:
+    """The document's body; ``checkpoint(partial body)`` is called after each shape and format
+    on the GPU (so a run cut short leaves its rows behind)."""
     if simulated:
         return _run_simulated(plan, variants, args)
-    return _run_gpu(plan, variants, args)
+    return _run_gpu(plan, variants, args, checkpoint or (lambda partial: None))
 
 
 def _run_simulated(plan, variants, args) -> dict:
@@ -100,13 +102,13 @@ def _kernel_name(plan) -> str:
     return f"{plan.kernel} {getattr(c, 'cols', '')}x{getattr(c, 'unroll', '')}".strip()
 
 
-def _run_gpu(plan, variants, args) -> dict:
+def _run_gpu(plan, variants, args, checkpoint) -> dict:
     import torch
     from numba import cuda
 
     import int4gemv as ig
     from int4gemv.benchmark.peers import PEERS
-    from int4gemv.benchmark.stream import StreamPeer, choose
+    from int4gemv.benchmark.stream import StreamPeer, choose, sweeps
     from int4gemv.benchmark.timing import copy_bandwidth, measure_replays
     from int4gemv.benchmark.weights import rotation_copies
 
@@ -202,7 +204,10 @@ def _run_gpu(plan, variants, args) -> dict:
                 del a, out, ref
         del packed, scales, zps, w16, peer
         torch.cuda.empty_cache()
+        checkpoint({"timed": True, "partial": True, "rows": rows, "skipped": skipped,
+                    "copy_bandwidth_gbs": bw / 1e9})
     return {"timed": True, "rows": rows, "skipped": skipped, "copy_bandwidth_gbs": bw / 1e9,
+            "stream_sweeps": sweeps(),
             "copy_bandwidth_end_gbs": copy_bandwidth(remeasure=True) / 1e9,
             "method": {"timing": "CUDA events around torch CUDA graph replays of max(copies, 20) launches "
                                  "rotating over weight copies; per-launch median",

@@ -145,13 +145,19 @@ def main(argv=None) -> int:
     t0 = time.time()
     doc = {"schema": 1, "kind": "int4gemv-targets", **describe_run(simulated, ["targets"] + list(argv or sys.argv[1:]))}
     doc["command"] = "python -m bench.targets" + doc["command"][len("python -m bench"):]
-    doc.update(run_targets(plan_rows(args, simulated), chosen, args, simulated))
-    doc["seconds"] = round(time.time() - t0, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = doc["date"].replace(":", "").replace("-", "")[:15]
     device = doc["device"]["name"].replace(" ", "-").lower()
     path = args.out / f"targets-{device}-{stamp}.json"
+    partial = path.with_suffix(".partial.json")
+
+    def checkpoint(body):
+        partial.write_text(json.dumps(dict(doc, **body), indent=1) + "\n")
+
+    doc.update(run_targets(plan_rows(args, simulated), chosen, args, simulated, checkpoint))
+    doc["seconds"] = round(time.time() - t0, 1)
     path.write_text(json.dumps(doc, indent=1) + "\n")
+    partial.unlink(missing_ok=True)
     print(format_rows(doc))
     print()
     print(format_targets(doc))

@@ -6,12 +6,14 @@ import json
 import pytest
 
 from bench import targets
+from conftest import SIMULATED
 from bench.target_table import GOALS, check_targets, format_markdown, format_targets
 
 SCHEMA = ("kind", "shape", "N", "K", "M", "bs", "zp", "dtype", "us", "floor_us", "tinygemm_us", "error",
           "variant", "pct_floor")
 
 
+@pytest.mark.skipif(not SIMULATED, reason="on a GPU the command is the bench run itself (minutes)")
 def test_the_simulator_run_writes_every_row_checked(tmp_path, capsys):
     rc = targets.main(["--simulate", "--out", str(tmp_path), "--formats", "16+zp",
                        "--variants", "default,single_warp,env", "--m", "1,3"])

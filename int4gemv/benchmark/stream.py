@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["CANDIDATES", "SIM_CONFIG", "StreamConfig", "StreamPeer", "choose", "clear_choices",
-           "operands", "size_class"]
+           "operands", "size_class", "sweeps"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ CANDIDATES = tuple(StreamConfig(w, u, 256, b) for w, unrolls in ((4, (4, 8)), (8
 SIM_CONFIG = StreamConfig(16, 2, threads=32, blocks_per_sm=1)
 
 _CHOICES: dict = {}
+_SWEEPS: dict = {}
 
 
 def size_class(nbytes: int) -> int:
@@ -65,6 +66,13 @@ def size_class(nbytes: int) -> int:
 def clear_choices() -> None:
     """Forget every cached choice (the next :func:`choose` sweeps again)."""
     _CHOICES.clear()
+    _SWEEPS.clear()
+
+
+def sweeps() -> list:
+    """The sweeps run so far: ``[{"device", "size_class", "bytes", "times": {config: us}}]``."""
+    return [dict(device=str(key[0]), size_class=key[1], bytes=nbytes, times=times)
+            for key, (nbytes, times) in _SWEEPS.items()]
 
 
 def operands(w) -> tuple:
@@ -88,6 +96,7 @@ def choose(weights, timer, *, device_key, multiprocessors, replays: int = 10) ->
             peer = StreamPeer(weights, config, multiprocessors)
             timed.append((peer.time(timer, replays=replays).us, config))
         _CHOICES[key] = min(timed, key=lambda t: t[0])[1]
+        _SWEEPS[key] = (weights[0].nbytes, {str(c): us for us, c in timed})
     return _CHOICES[key]
 
 
