@@ -153,10 +153,14 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
         zps = [torch.randint(0, 256, (N, -(-nb // 2)), dtype=torch.uint8, device="cuda", generator=gen)
                if zp else None for _ in range(copies)]
 
+        keep = []   # from_device shares memory: the converted scales must outlive their weights
+
         def weights(dtype):
             tdt = torch.float16 if dtype == "float16" else torch.bfloat16
-            return [ig.QuantizedWeight.from_device(p, s.to(tdt), z, K=K, N=N, block_size=bs)
-                    for p, s, z in zip(packed, scales, zps)]
+            converted = [s.to(tdt) for s in scales]
+            keep.append(converted)
+            return [ig.QuantizedWeight.from_device(p, s, z, K=K, N=N, block_size=bs)
+                    for p, s, z in zip(packed, converted, zps)]
 
         w16 = weights("float16")
         config = choose(w16, timer, device_key=(dev.id, dev.name), multiprocessors=sms)
@@ -179,6 +183,7 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                 a = (torch.randn((M, K), device="cuda", generator=gen) * 0.5).to(tdt)
                 out = torch.empty((M, N), device="cuda", dtype=tdt)
                 ref = _reference(torch, a, packed[0], scales[0].to(tdt), zps[0], N, K, bs, zp)
+                torch.cuda.synchronize()          # a is written before any launch on stream reads it
                 for v in variants:
                     try:
                         runs = [ig.prepare(a, w, out=out, tuning=_tuning(v)) for w in ws]
@@ -189,6 +194,7 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                         skipped.append(f"{v} {label} bs{bs} zp{int(zp)} {dtype} M={M}: {runs[0].plan.reason}")
                         continue
                     out.fill_(float("nan"))
+                    torch.cuda.synchronize()      # the fill (current stream) before the launch (stream)
                     runs[0](stream)
                     stream.synchronize()
                     err = norm_error(out.double().cpu().numpy(), ref)
@@ -202,7 +208,7 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                           f"{row['pct_floor']:5.1f}% floor  err {err:.1e}  {row['kernel']}", flush=True)
                     del runs
                 del a, out, ref
-        del packed, scales, zps, w16, peer
+        del packed, scales, zps, w16, peer, keep
         torch.cuda.empty_cache()
         checkpoint({"timed": True, "partial": True, "rows": rows, "skipped": skipped,
                     "copy_bandwidth_gbs": bw / 1e9})

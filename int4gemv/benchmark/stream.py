@@ -37,8 +37,8 @@ class StreamConfig:
     blocks_per_sm: int = 8
 
     def grid(self, nbytes: int, multiprocessors: int) -> int:
-        """Blocks for ``nbytes`` of the largest array: one round of loads per lane at most,
-        and at most ``blocks_per_sm`` per SM (the rest is grid-stride)."""
+        """Blocks for ``nbytes`` (all arrays): one round of loads per lane at most, and at most
+        ``blocks_per_sm`` per SM (the rest is grid-stride)."""
         rounds = -(-max(1, nbytes) // (self.width * self.unroll * self.threads))
         return max(1, min(rounds, self.blocks_per_sm * multiprocessors))
 
@@ -116,7 +116,7 @@ class StreamPeer:
         self.weights, self.config = list(weights), config
         self.nbytes = self.weights[0].nbytes
         ops = operands(self.weights[0])
-        grid = config.grid(max(ops[1], ops[3], ops[5]), multiprocessors)
+        grid = config.grid(ops[1] + ops[3] + ops[5], multiprocessors)
         self.out = cuda.device_array(warps_in_grid(grid, config.threads), np.uint32)
         kernel = stream_kernel(config.width, config.unroll, config.threads, config.blocks_per_sm)
         self.grid = grid

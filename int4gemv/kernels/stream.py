@@ -6,11 +6,14 @@ checksum, so its time is what reading those bytes costs on this device, with the
 ramp and tail as a kernel that computes with them. The checksum proves every byte was read once
 (a byte read twice or never changes it) and keeps the compiler from dropping the loads.
 
-Mapping (``T`` threads in the grid, ``W`` bytes per load, ``U`` loads in flight per lane)::
+Mapping (``T`` threads in the grid, ``W`` bytes per load, ``U`` loads in flight per lane). The
+three arrays' whole ``W``-byte units form one index space, so a lane's loads from the packed
+nibbles, the scales and the zero points are all in flight together (one DRAM round trip, as in
+a GEMV step, not one per array)::
 
-    array bytes : | unit 0 | unit 1 | ... | unit T-1 | unit T | ... | tail (< W bytes) |
+    unit index  : | a: 0 .. ua-1 | b: ua .. ua+ub-1 | c: ... |   then each array's tail (< W bytes)
     thread t    :   units t, t + T, t + 2T, ...   (U of them issued before any is folded)
-    tail byte b :   read by thread b (b < W)
+    tail byte i :   of array x read by thread i (i < its tail)
     warp w      :   XOR of its lanes' words (shuffles) -> out[w]
 
 Loads are ``ld.global.nc`` of 4, 8 or 16 bytes (:mod:`.vector_loads`); an array's first byte
@@ -74,34 +77,22 @@ def stream_kernel(width: int, unroll: int, threads: int, blocks_per_sm: int):
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
-    def fold(x, acc):
-        for i in range(WORDS):
-            acc ^= x[i]
-        return acc
+    def load_unit(a, ua, b, ub, c, k):
+        """Unit ``k`` of the joint index space (a's units, then b's, then c's)."""
+        if k < ua:
+            return load(a, k * W)
+        if k < ua + ub:
+            return load(b, (k - ua) * W)
+        return load(c, (k - ua - ub) * W)
 
     @cuda.jit(device=True, inline=True)
-    def stream_array(a, n, t, T, acc):
-        """XOR of this thread's units of ``a[:n]`` and (thread < tail) one tail byte."""
-        units = n // W
-        i = t
-        # Whole rounds: U loads issued, then folded (no guards).
-        while i + (U - 1) * T < units:
-            xs = cuda.local.array(IN_FLIGHT, np.uint32)
-            for u in range(U):
-                x = load(a, (i + u * T) * W)
-                for k in range(WORDS):
-                    xs[u * WORDS + k] = x[k]
-            for k in range(IN_FLIGHT):
-                acc ^= xs[k]
-            i += U * T
-        while i < units:            # fewer than U units left for this thread
-            acc = fold(load(a, i * W), acc)
-            i += T
-        tail = units * W
-        if t < n - tail:            # the last < W bytes: one per thread
+    def tail_byte(a, n, t):
+        """Thread ``t``'s byte of the last ``n % W`` bytes of ``a[:n]`` (0 if none), in its word lane."""
+        tail = n // W * W
+        if t < n - tail:
             b = tail + t
-            acc ^= np.uint32(a[b]) << np.uint32(8 * (b % 4))
-        return acc
+            return np.uint32(a[b]) << np.uint32(8 * (b % 4))
+        return Z
 
     bounds = {} if SIMULATED else {"launch_bounds": (threads, blocks_per_sm)}
 
@@ -109,10 +100,25 @@ def stream_kernel(width: int, unroll: int, threads: int, blocks_per_sm: int):
     def kernel(a, na, b, nb, c, nc, out):
         t = cuda.grid(1)
         T = cuda.gridsize(1)
-        acc = Z
-        acc = stream_array(a, na, t, T, acc)
-        acc = stream_array(b, nb, t, T, acc)
-        acc = stream_array(c, nc, t, T, acc)
+        ua, ub = na // W, nb // W
+        units = ua + ub + nc // W
+        acc = tail_byte(a, na, t) ^ tail_byte(b, nb, t) ^ tail_byte(c, nc, t)
+        i = t
+        # Whole rounds: U loads issued, then folded (no guards).
+        while i + (U - 1) * T < units:
+            xs = cuda.local.array(IN_FLIGHT, np.uint32)
+            for u in range(U):
+                x = load_unit(a, ua, b, ub, c, i + u * T)
+                for k in range(WORDS):
+                    xs[u * WORDS + k] = x[k]
+            for k in range(IN_FLIGHT):
+                acc ^= xs[k]
+            i += U * T
+        while i < units:            # fewer than U units left for this thread
+            x = load_unit(a, ua, b, ub, c, i)
+            for k in range(WORDS):
+                acc ^= x[k]
+            i += T
         for r in range(5):          # shuffles move int32: the bits are carried unchanged
             acc ^= np.uint32(shfl_xor(np.int32(acc), np.uint32(16 >> r)))
         if cuda.threadIdx.x % _WARP == 0:
