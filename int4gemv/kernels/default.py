@@ -42,6 +42,7 @@ from numba import cuda, float32
 from . import bf16
 from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
                              choose_config, geometry)
+from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point_constants
 from .intrinsics import (SIMULATED, allow_next_grid, half2_fma, half2_sum, shfl_xor,
                          wait_for_previous_grid)
 from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
@@ -73,6 +74,7 @@ def default_kernel(config: DefaultConfig):
     GROUP_COLS = P * C
     TWO_GROUPS = BS == 16                # a chunk holds two quantization groups
     CHUNKS_PER_GROUP = max(1, BS // 32)
+    SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (see fold_m1)
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
@@ -119,8 +121,8 @@ def default_kernel(config: DefaultConfig):
                     sv[c, u, h] = to_float(scales[n * nb + g])
                     if ZP:
                         byte = np.uint32(zero_points[n * nzb + (g >> 1)])
-                        zv[c, u, h] = zero_point_offset(
-                            (byte >> np.uint32((g & 1) << 2)) & np.uint32(15))
+                        q = (byte >> np.uint32((g & 1) << 2)) & np.uint32(15)
+                        zv[c, u, h] = q if SCALAR else zero_point_offset(q)
                     else:
                         zv[c, u, h] = NO_ZP_OFFSET
 
@@ -169,6 +171,67 @@ def default_kernel(config: DefaultConfig):
                             part[c] += f
                 for c in range(C):
                     acc[m, c] += part[c] if TWO_GROUPS else sv[c, u, 0] * part[c]
+
+    @cuda.jit(device=True, inline=True)
+    def offsets(z):
+        """The re-paired zero-point constants of a group (``z``: its nibble, from ``issue``)."""
+        return zero_point_constants(z) if ZP else (NO_ZP_LOW, NO_ZP_HIGH)
+
+    @cuda.jit(device=True, inline=True)
+    def word_dot(w, x, low, high, f):
+        """``f + sum a_i (q_i - zp)`` over the 8 nibbles of word ``w`` and the activations ``x``
+        (4 uint32 in memory order; bf16: their 8 float32 values). fp16: ``x`` are re-paired
+        half2 words and ``f`` a half2 accumulator; bf16: float32 throughout."""
+        if F16:
+            return dot8(w, x[0], x[1], x[2], x[3], low, high, f)
+        d0, d1, d2, d3 = dequant8(w, low, high)      # (q0, q4), (q1, q5), (q2, q6), (q3, q7)
+        f += half_low(d0) * x[0]           # one FFMA per element
+        f += half_high(d0) * x[4]
+        f += half_low(d1) * x[1]
+        f += half_high(d1) * x[5]
+        f += half_low(d2) * x[2]
+        f += half_high(d2) * x[6]
+        f += half_low(d3) * x[3]
+        return f + half_high(d3) * x[7]
+
+    @cuda.jit(device=True, inline=True)
+    def act_operand(x):
+        """8 activations (4 uint32 in memory order) as :func:`word_dot` takes them: fp16 re-paired
+        ``(a0,a4), (a1,a5), (a2,a6), (a3,a7)``; bf16 their float32 values ``a0 .. a7``."""
+        if F16:
+            return pair_words(x[0], x[1], x[2], x[3])
+        return (bf16.low_value(x[0]), bf16.high_value(x[0]), bf16.low_value(x[1]),
+                bf16.high_value(x[1]), bf16.low_value(x[2]), bf16.high_value(x[2]),
+                bf16.low_value(x[3]), bf16.high_value(x[3]))
+
+    @cuda.jit(device=True, inline=True)
+    def fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, full):
+        """M = 1 form of :func:`fold`: the chunk's activations are loaded and re-paired once
+        for all ``C`` columns, and each word costs 1 shift, 4 LOP3 and 8 HFMA2 (fp16; no byte
+        permutes): ``(w & 0x000F000F)`` lines up with ``(a0, a4)`` (:mod:`.half2`)."""
+        part = cuda.local.array(C, float32)
+        for u in range(U):
+            j_raw = j0 + u * L
+            j = j_raw if full else min(j_raw, nchunks - 1)
+            for h in range(2):           # the chunk's two 16-element halves: words 2h, 2h + 1
+                xa = act_operand(load_act(act, 32 * j + 16 * h, full or 4 * j_raw + 2 * h < nwords))
+                xb = act_operand(load_act(act, 32 * j + 16 * h + 8,
+                                          full or 4 * j_raw + 2 * h + 1 < nwords))
+                for c in range(C):
+                    low, high = offsets(zv[c, u, h] if TWO_GROUPS else zv[c, u, 0])
+                    if F16:
+                        t = word_dot(raw[c, u, 2 * h + 1], xb, low, high,
+                                     word_dot(raw[c, u, 2 * h], xa, low, high, _U0))
+                        f = half2_sum(t)
+                    else:
+                        f = word_dot(raw[c, u, 2 * h + 1], xb, low, high,
+                                     word_dot(raw[c, u, 2 * h], xa, low, high, float32(0.0)))
+                    if TWO_GROUPS:
+                        acc[0, c] += sv[c, u, h] * f
+                    elif h == 0:
+                        part[c] = f
+                    else:
+                        acc[0, c] += sv[c, u, 0] * (part[c] + f)
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out):
@@ -235,7 +298,11 @@ def default_kernel(config: DefaultConfig):
                 if not waited:  # the first weights are in flight while the previous grid ends
                     wait_for_previous_grid()
                     waited = True
-                if 4 * (st + 1) * L * U <= nwords:
+                if SCALAR and 4 * (st + 1) * L * U <= nwords:
+                    fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, True)
+                elif SCALAR:
+                    fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, False)
+                elif 4 * (st + 1) * L * U <= nwords:
                     fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, True)
                 else:
                     fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, False)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .intrinsics import half2_fma
+from .intrinsics import and_or, half2_fma
 from .nibble_pairs import byte_perm
 
 __all__ = ["pair_activations", "pair_activations_wide", "pair_words", "zero_point_constants", "dequant8",
@@ -87,8 +87,8 @@ def dequant8(w, low, high):
     """The exact fp16 pairs ``(q0-zp, q4-zp), (q1-zp, q5-zp), (q2-zp, q6-zp), (q3-zp, q7-zp)`` of
     uint32 ``w``: 1 shift, 4 LOP3, 4 HFMA2 (``low, high`` from :func:`zero_point_constants`)."""
     t = w >> np.uint32(8)
-    return (half2_fma((w & _LOW) | _MAGIC, _ONE2, low), half2_fma((w & _HIGH) | _MAGIC, _SIXTEENTH2, high),
-            half2_fma((t & _LOW) | _MAGIC, _ONE2, low), half2_fma((t & _HIGH) | _MAGIC, _SIXTEENTH2, high))
+    return (half2_fma(and_or(w, _LOW, _MAGIC), _ONE2, low), half2_fma(and_or(w, _HIGH, _MAGIC), _SIXTEENTH2, high),
+            half2_fma(and_or(t, _LOW, _MAGIC), _ONE2, low), half2_fma(and_or(t, _HIGH, _MAGIC), _SIXTEENTH2, high))
 
 
 @cuda.jit(device=True, inline=True)
