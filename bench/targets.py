@@ -58,6 +58,9 @@ def parse_args(argv=None):
     p.add_argument("--formats", help="comma-separated bs[+zp] on lm_head, e.g. 32,16+zp (default all)")
     p.add_argument("--variants", help="comma-separated variants (default: every registered kernel, auto, env)")
     p.add_argument("--no-tinygemm", action="store_true", help="skip the tinygemm peer")
+    p.add_argument("--configs", help="default-tiling overrides timed as probe rows at M = 1, e.g. c4u1b5p,c2u2b6 "
+                                     "(cols, unroll, blocks per SM, p = pipeline)")
+    p.add_argument("--config-shapes", default="lm_head", help="shapes the --configs probes run on (default lm_head)")
     p.add_argument("--replays", type=int, help="timed graph replays (default 30, --quick 20; >= 10)")
     p.add_argument("--rotate-mb", type=int, default=256, help="weight copies rotated per row, MB (>= 128)")
     p.add_argument("--simulate", action="store_true", help="Numba's simulator at tiny shapes")
@@ -84,6 +87,15 @@ def parse_args(argv=None):
         unknown = [s for s in args.shapes if s not in SHAPES]
         if unknown:
             p.error(f"unknown --shapes {unknown}; accepted: {', '.join(SHAPES)}")
+    args.config_shapes = args.config_shapes.split(",")
+    if args.configs:
+        from .target_runs import parse_config
+
+        args.configs = args.configs.split(",")
+        try:
+            [parse_config(c) for c in args.configs]
+        except ValueError as exc:
+            p.error(str(exc))
     if args.replays is None:
         args.replays = 20 if args.quick else 30
     if args.replays < 10 or args.rotate_mb < 128:

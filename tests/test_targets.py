@@ -79,3 +79,12 @@ def test_the_target_table_judges_each_row():
 def test_the_markdown_table_is_generated_from_the_rows():
     md = format_markdown(timed_doc())
     assert "| lm_head | 32 | no | 40.00 | 44.00 (91%) | 44.00 (91%) | 44.00 (91%) | 46.00 (87%) |" in md
+
+
+def test_probe_configs_parse_or_are_refused():
+    from bench.target_runs import parse_config
+
+    assert parse_config("c4u1b5p") == {"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True}
+    assert parse_config("c2u2b6") == {"cols": 2, "unroll": 2, "blocks_per_sm": 6, "pipeline": False}
+    with pytest.raises(SystemExit):
+        targets.parse_args(["--out", "x", "--configs", "c4u1"])

@@ -69,6 +69,7 @@ def default_kernel(config: DefaultConfig):
     M, C, L, U = config.M, config.cols, config.lanes, config.unroll
     BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
     ACT_VEC, W_VEC, PDL = config.act_vector, config.weight_vector, config.pdl
+    PIPELINE = config.pipeline
     P = 32 // L
     LOG_L = L.bit_length() - 1
     GROUP_COLS = P * C
@@ -260,6 +261,32 @@ def default_kernel(config: DefaultConfig):
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
     H = 2 if TWO_GROUPS else 1
 
+    @cuda.jit(device=True, inline=True)
+    def issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
+                   row_bytes, raw, sv, zv):
+        """``issue`` for step ``st`` of column group ``g`` (the full-step form when it can)."""
+        col0, j0 = g * GROUP_COLS + p, s + st * L * U
+        if 4 * (st + 1) * L * U <= nwords:     # warp-uniform: no chunk of the step is past K
+            issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
+                  raw, sv, zv, True)
+        else:
+            issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
+                  raw, sv, zv, False)
+
+    @cuda.jit(device=True, inline=True)
+    def fold_step(act, st, s, nwords, nchunks, K, raw, sv, zv, acc):
+        """``fold`` (``fold_m1`` at M = 1) of step ``st`` (the full-step form when it can)."""
+        j0 = s + st * L * U
+        full = 4 * (st + 1) * L * U <= nwords
+        if SCALAR and full:
+            fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, True)
+        elif SCALAR:
+            fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, False)
+        elif full:
+            fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, True)
+        else:
+            fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, False)
+
     @cuda.jit(**bounds)
     def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N):
         lane = cuda.threadIdx.x % 32
@@ -283,30 +310,47 @@ def default_kernel(config: DefaultConfig):
                 acc[m, c] = float32(0.0)
         if PDL:
             allow_next_grid()
+        if PIPELINE:
+            # Two buffers, A (raw, sv, zv) and B: the next step's loads (crossing into the
+            # warp's next column group) are in flight while this step is folded. The loop body
+            # is written out for both buffers so that no buffer is ever copied.
+            raw_b = cuda.local.array((C, U, 4), np.uint32)
+            sv_b = cuda.local.array((C, U, H), float32)
+            zv_b = cuda.local.array((C, U, H), np.uint32)
+            ga, sa = g, 0
+            if ga < groups:
+                issue_step(packed, scales, zero_points, ga, sa, s, p, N, nwords, nchunks, nb,
+                           nzb, row_bytes, raw, sv, zv)
+            if PDL:  # the first weights are in flight while the previous grid ends
+                wait_for_previous_grid()
+            while ga < groups:
+                gb, sb = (ga, sa + 1) if sa + 1 < steps else (ga + stride, 0)
+                if gb < groups:
+                    issue_step(packed, scales, zero_points, gb, sb, s, p, N, nwords, nchunks, nb,
+                               nzb, row_bytes, raw_b, sv_b, zv_b)
+                fold_step(act, sa, s, nwords, nchunks, K, raw, sv, zv, acc)
+                if sa + 1 == steps:
+                    finish(acc, ga * GROUP_COLS + p, s, N, bias, has_bias, out)
+                if gb >= groups:
+                    break
+                ga, sa = (gb, sb + 1) if sb + 1 < steps else (gb + stride, 0)
+                if ga < groups:
+                    issue_step(packed, scales, zero_points, ga, sa, s, p, N, nwords, nchunks, nb,
+                               nzb, row_bytes, raw, sv, zv)
+                fold_step(act, sb, s, nwords, nchunks, K, raw_b, sv_b, zv_b, acc)
+                if sb + 1 == steps:
+                    finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out)
+            return
         waited = not PDL
         while g < groups:
-            col0 = g * GROUP_COLS + p
             for st in range(steps):
-                j0 = s + st * L * U
-                # Warp-uniform: every chunk of this step lies inside K (no guards needed).
-                if 4 * (st + 1) * L * U <= nwords:
-                    issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb,
-                          row_bytes, raw, sv, zv, True)
-                else:
-                    issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb,
-                          row_bytes, raw, sv, zv, False)
+                issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
+                           row_bytes, raw, sv, zv)
                 if not waited:  # the first weights are in flight while the previous grid ends
                     wait_for_previous_grid()
                     waited = True
-                if SCALAR and 4 * (st + 1) * L * U <= nwords:
-                    fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, True)
-                elif SCALAR:
-                    fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, False)
-                elif 4 * (st + 1) * L * U <= nwords:
-                    fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, True)
-                else:
-                    fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, False)
-            finish(acc, col0, s, N, bias, has_bias, out)
+                fold_step(act, st, s, nwords, nchunks, K, raw, sv, zv, acc)
+            finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out)
             g += stride
         if not waited:  # a warp with no column group still orders itself after the previous grid
             wait_for_previous_grid()

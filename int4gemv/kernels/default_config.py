@@ -32,7 +32,9 @@ class DefaultConfig:
     weight_vector: packed rows 16-byte aligned (16-byte loads; else two 8-byte loads);
     pdl: compiled for a programmatic dependent launch (sm_90+): the kernel lets the next such
     launch start at once, issues its first weight loads, and only then waits for the previous
-    grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``.
+    grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``;
+    pipeline: (M = 1) two register buffers: each step's loads are issued before the previous
+    step is folded, across column groups, so a warp always has a step of loads in flight.
     """
 
     dtype: str
@@ -47,6 +49,7 @@ class DefaultConfig:
     act_vector: bool = True
     weight_vector: bool = True
     pdl: bool = False
+    pipeline: bool = False
 
     def __post_init__(self):
         def check(name, ok, accepted):
@@ -58,7 +61,7 @@ class DefaultConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
-        for name in ("zero_points", "act_vector", "weight_vector", "pdl"):
+        for name in ("zero_points", "act_vector", "weight_vector", "pdl", "pipeline"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"DefaultConfig.{name} must be a bool")
         check("M", 1 <= self.M <= MAX_M, f"in 1..{MAX_M}")
@@ -69,6 +72,7 @@ class DefaultConfig:
         check("warps", self.warps in (1, 2, 4, 8), "one of (1, 2, 4, 8)")
         check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
               f"in 1..{64 // self.warps}")
+        check("pipeline", not self.pipeline or self.M == 1, "False when M > 1 (M = 1 only)")
 
     @property
     def columns_per_warp(self) -> int:
@@ -89,8 +93,9 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     while lanes < 32 and lanes < chunks:
         lanes *= 2
     per_lane = -(-chunks // lanes)
-    # bf16 keeps float32 pairs and activations live: unroll 2 spilled at 4 columns (H200).
-    unroll = 1 if per_lane == 1 or dtype == "bfloat16" else 2
+    # M > 1 bf16 keeps float32 pairs and activations live: unroll 2 spilled at 4 columns (H200);
+    # the M = 1 loop (re-paired, scalar) fits unroll 2 in 128 registers without spills.
+    unroll = 1 if per_lane == 1 or (dtype == "bfloat16" and M > 1) else 2
     warps = 4
     if cols is None:
         cols = 4 if M == 1 else 2
@@ -124,8 +129,8 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
              f"{config.blocks_per_sm} blocks per SM")
     if per_lane == 1:
         unroll = f"1: each lane has one chunk of its column (K = {K}, {config.lanes} lanes)"
-    elif config.dtype == "bfloat16":
-        unroll = "1 for bfloat16 (float32 pairs stay live; unroll 2 spilled on the H200)"
+    elif config.dtype == "bfloat16" and config.M > 1:
+        unroll = "1 for bfloat16 at M > 1 (float32 pairs stay live; unroll 2 spilled on the H200)"
     else:
         unroll = f"2 chunks per lane step (each lane has {per_lane} chunks of its column)"
     return {"cols": cols, "unroll": unroll}
