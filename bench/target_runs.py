@@ -13,35 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_targets", "norm_error", "parse_config"]
+from .target_probes import probe_row
+from .target_rows import MIN_LAUNCHES, norm_error, result_row
 
-MIN_LAUNCHES = 20
-
-
-def norm_error(y, ref) -> float:
-    """``‖y − ref‖ / ‖ref‖`` in float64; ``inf`` if ``y`` has a non-finite entry (unwritten)."""
-    y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
-    if not np.all(np.isfinite(y)):
-        return float("inf")
-    return float(np.linalg.norm(y - ref) / max(np.linalg.norm(ref), 1e-300))
-
-
-def parse_config(text: str) -> dict:
-    """``"c4u1b5p"`` -> ``{"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True}``: a
-    default-tiling override timed as a ``kind="probe"`` row (``ValueError`` if malformed)."""
-    import re
-
-    m = re.fullmatch(r"c(\d+)u(\d+)b(\d+)(p?)", text)
-    if not m:
-        raise ValueError(f"config {text!r} is not cCuUbB[p] (e.g. c4u1b5p)")
-    return {"cols": int(m[1]), "unroll": int(m[2]), "blocks_per_sm": int(m[3]), "pipeline": bool(m[4])}
-
-
-def _row(kind, variant, label, N, K, M, bs, zp, dtype, **extra) -> dict:
-    row = dict(kind=kind, variant=variant, shape=label, N=N, K=K, M=M, bs=bs, zp=zp, dtype=dtype,
-               us=None, floor_us=None, pct_floor=None, tinygemm_us=None, error=None)
-    row.update(extra)
-    return row
+__all__ = ["run_targets"]
 
 
 def _tuning(variant):
@@ -78,7 +53,7 @@ def _run_simulated(plan, variants, args) -> dict:
     for i, (label, N, K, bs, zp) in enumerate(plan):
         w16 = random_weight(N, K, bs, zero_points=zp, rng=i)
         ok = StreamPeer([w16.to_device()], SIM_CONFIG, 1).check()
-        rows.append(_row("floor", "stream", label, N, K, None, bs, zp, None, ok=ok,
+        rows.append(result_row("floor", "stream", label, N, K, None, bs, zp, None, ok=ok,
                          error=None if ok else float("inf")))
         for dtype in args.dtypes:
             host = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
@@ -100,7 +75,7 @@ def _run_simulated(plan, variants, args) -> dict:
                     launch.kernel[launch.grid, launch.block](*launch.args)
                     y = out.copy_to_host().view(host).reshape(M, N)
                     err = norm_error(y, ref)
-                    rows.append(_row("int4gemv", v, label, N, K, M, bs, zp, dtype, error=err,
+                    rows.append(result_row("int4gemv", v, label, N, K, M, bs, zp, dtype, error=err,
                                      ok=err <= 1e-2, kernel=_kernel_name(chosen)))
     return {"timed": False, "rows": rows, "skipped": skipped, "copy_bandwidth_gbs": None,
             "notes": ["simulator: tiny shapes, checked, nothing timed"]}
@@ -179,7 +154,7 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
         ok = peer.check()
         t = peer.time(timer, replays=args.replays)
         floor = t.us
-        rows.append(_row("floor", "stream", label, N, K, None, bs, zp, None, us=t.us, p10_us=t.p10_us,
+        rows.append(result_row("floor", "stream", label, N, K, None, bs, zp, None, us=t.us, p10_us=t.p10_us,
                          p90_us=t.p90_us, floor_us=t.us, pct_floor=100.0, pct_copy=pct(nbytes, t.us),
                          ok=ok, kernel=f"stream {config}", copies=copies, bytes=nbytes))
         print(f"floor   {label:8} bs{bs:3d} zp{int(zp)} {t.us:8.2f} us  {config}  checksum {'ok' if ok else 'WRONG'}",
@@ -196,30 +171,12 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                 ref = _reference(torch, a, packed[0], scales[0].to(tdt), zps[0], N, K, bs, zp)
                 torch.cuda.synchronize()          # a is written before any launch on stream reads it
                 for v in variants:
-                    try:
-                        runs = [ig.prepare(a, w, out=out, tuning=_tuning(v)) for w in ws]
-                    except (TypeError, ValueError) as exc:
-                        skipped.append(f"{v} {label} bs{bs} zp{int(zp)} {dtype} M={M}: {exc}")
-                        continue
-                    if _skip(runs[0].plan, v):
-                        skipped.append(f"{v} {label} bs{bs} zp{int(zp)} {dtype} M={M}: {runs[0].plan.reason}")
-                        continue
-                    out.fill_(float("nan"))
-                    torch.cuda.synchronize()      # the fill (current stream) before the launch (stream)
-                    runs[0](stream)
-                    stream.synchronize()
-                    err = norm_error(out.double().cpu().numpy(), ref)
-                    t = timer(lambda i, h: runs[i % copies](h), max(copies, MIN_LAUNCHES), args.replays)
-                    row = _row("int4gemv", v, label, N, K, M, bs, zp, dtype, us=t.us, p10_us=t.p10_us,
-                               p90_us=t.p90_us, floor_us=floor, pct_floor=100 * floor / t.us,
-                               tinygemm_us=tg, error=err, ok=err <= 1e-2, pct_copy=pct(nbytes, t.us),
-                               kernel=_kernel_name(runs[0].plan), copies=copies, bytes=nbytes)
-                    rows.append(row)
-                    print(f"{v:11} {label:8} bs{bs:3d} zp{int(zp)} {dtype:8} M={M:2d} {t.us:8.2f} us "
-                          f"{row['pct_floor']:5.1f}% floor  err {err:.1e}  {row['kernel']}", flush=True)
-                    del runs
+                    row = _variant(v, ws, a, out, ref, stream, timer, args, copies,
+                                   (label, N, K, M, bs, zp, dtype, nbytes, floor, tg, pct), skipped)
+                    if row is not None:
+                        rows.append(row)
                 for label_c in (args.configs or []) if M == 1 and label in args.config_shapes else []:
-                    rows.append(_probe(label_c, ws, a, out, ref, floor, tg, copies, timer, args, sms,
+                    rows.append(probe_row(label_c, ws, a, out, ref, floor, tg, copies, timer, args, sms,
                                        (label, N, K, bs, zp, dtype, nbytes, pct)))
                 del a, out, ref
         del packed, scales, zps, w16, peer, keep
@@ -234,19 +191,62 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                        "replays": args.replays, "rotate_bytes": rotate, "max_copies": 512}}
 
 
+def _variant(v, ws, a, out, ref, stream, timer, args, copies, where, skipped):
+    """One int4gemv variant: prepared once per weight copy (the public path), checked on a
+    poisoned output, timed in a graph. ``None`` (and a ``skipped`` line) when the dispatcher would
+    run another kernel; a row with ``error`` text when anything fails (the run goes on)."""
+    import torch
+
+    import int4gemv as ig
+
+    label, N, K, M, bs, zp, dtype, nbytes, floor, tg, pct = where
+    what = f"{v} {label} bs{bs} zp{int(zp)} {dtype} M={M}"
+    try:
+        runs = [ig.prepare(a, w, out=out, tuning=_tuning(v)) for w in ws]
+    except (TypeError, ValueError) as exc:
+        skipped.append(f"{what}: {exc}")
+        return None
+    if _skip(runs[0].plan, v):
+        skipped.append(f"{what}: {runs[0].plan.reason}")
+        return None
+    row = result_row("int4gemv", v, label, N, K, M, bs, zp, dtype, floor_us=floor, tinygemm_us=tg,
+               kernel=_kernel_name(runs[0].plan), copies=copies, bytes=nbytes)
+    try:
+        out.fill_(float("nan"))
+        torch.cuda.synchronize()      # the fill (current stream) before the launch (stream)
+        runs[0](stream)
+        stream.synchronize()
+        err = norm_error(out.double().cpu().numpy(), ref)
+        t = timer(lambda i, h: runs[i % copies](h), max(copies, MIN_LAUNCHES), args.replays)
+    except Exception as exc:  # noqa: BLE001 - recorded in the row; the run goes on
+        row.update(ok=False, note=repr(exc)[:300])
+        print(f"{what}: FAILED {exc!r}"[:300], flush=True)
+        return row
+    row.update(us=t.us, p10_us=t.p10_us, p90_us=t.p90_us, pct_floor=100 * floor / t.us, error=err,
+               ok=err <= 1e-2, pct_copy=pct(nbytes, t.us))
+    print(f"{v:11} {label:8} bs{bs:3d} zp{int(zp)} {dtype:8} M={M:2d} {t.us:8.2f} us "
+          f"{row['pct_floor']:5.1f}% floor  err {err:.1e}  {row['kernel']}", flush=True)
+    return row
+
+
 def _tinygemm(peer, N, K, M, rotate, timer, args, rows, label):
     ok, why = peer.available()
     if not ok:
-        rows.append(_row("peer", "tinygemm", label, N, K, M, 32, False, "bfloat16", ok=False, note=why))
+        rows.append(result_row("peer", "tinygemm", label, N, K, M, 32, False, "bfloat16", ok=False, note=why))
         return None
     x = (np.random.default_rng(M).standard_normal((M, K)) * 0.5).astype(np.float16)
-    prepared = peer.prepare(N, K, x=x, shared=None, rotate_bytes=rotate)
     try:
-        err = prepared.check() if prepared.check else None
-        t = timer(lambda i, h: prepared.issue(i), max(prepared.copies, MIN_LAUNCHES), args.replays)
-    finally:
-        prepared.keep.clear()
-    rows.append(_row("peer", "tinygemm", label, N, K, M, 32, False, "bfloat16", us=t.us, p10_us=t.p10_us,
+        prepared = peer.prepare(N, K, x=x, shared=None, rotate_bytes=rotate)
+        try:
+            err = prepared.check() if prepared.check else None
+            t = timer(lambda i, h: prepared.issue(i), max(prepared.copies, MIN_LAUNCHES), args.replays)
+        finally:
+            prepared.keep.clear()
+    except Exception as exc:  # noqa: BLE001 - a failing peer is recorded, not fatal
+        rows.append(result_row("peer", "tinygemm", label, N, K, M, 32, False, "bfloat16", ok=False,
+                         note=repr(exc)[:300]))
+        return None
+    rows.append(result_row("peer", "tinygemm", label, N, K, M, 32, False, "bfloat16", us=t.us, p10_us=t.p10_us,
                      p90_us=t.p90_us, tinygemm_us=t.us, error=err, ok=err is None or err <= 1e-2,
                      copies=prepared.copies, bytes=prepared.nbytes))
     print(f"tinygemm    {label:8} M={M:2d} {t.us:8.2f} us", flush=True)
@@ -265,45 +265,3 @@ def _reference(torch, a, packed, scales, zps, N, K, bs, zp):
     deq = (q - z) * scales.double()[:, g]
     del q
     return (a.double() @ deq.t()).cpu().numpy()
-
-
-def _probe(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where):
-    """A default-tiling configuration override, bound and launched directly (not a Tuning)."""
-    from dataclasses import replace
-
-    import torch
-    from numba import cuda
-
-    from int4gemv.kernels.default import choose_config, default_kernel, geometry
-    from int4gemv.launcher import bind
-
-    label, N, K, bs, zp, dtype, nbytes, pct = where
-    M = a.shape[0]
-    row = _row("probe", text, label, N, K, M, bs, zp, dtype, floor_us=floor, tinygemm_us=tg)
-    try:
-        config = replace(choose_config(M, N, K, bs, dtype, zp, multiprocessors=sms), **parse_config(text))
-        kernel = default_kernel(config)
-        grid, block = geometry(config, N, sms)
-        as16 = lambda t: cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16).reshape(-1)  # noqa: E731
-        bound = []
-        for w in ws:
-            d = w.device_arrays()
-            bound.append(bind(kernel, (as16(a), d["packed"], d["scales_flat"], d["zero_points_flat"],
-                                       d["no_bias"], False, as16(out), K, N), grid, block))
-        out.fill_(float("nan"))
-        torch.cuda.synchronize()
-        bound[0].launch(0)
-        torch.cuda.synchronize()
-        err = norm_error(out.double().cpu().numpy(), ref)
-        t = timer(lambda i, h: bound[i % copies].launch(h), max(copies, MIN_LAUNCHES), args.replays)
-        first = lambda v: next(iter(v.values())) if isinstance(v, dict) else v  # noqa: E731
-        row.update(us=t.us, p10_us=t.p10_us, p90_us=t.p90_us, pct_floor=100 * floor / t.us, error=err,
-                   ok=err <= 1e-2, pct_copy=pct(nbytes, t.us),
-                   regs=first(kernel.get_regs_per_thread()), local=first(kernel.get_local_mem_per_thread()))
-        row["kernel"] = f"default {text} regs {row['regs']} local {row['local']}"
-        print(f"probe {text:9} {label:8} bs{bs:3d} zp{int(zp)} {dtype:8} {t.us:8.2f} us {row['pct_floor']:5.1f}% floor"
-              f"  err {err:.1e} regs {row['regs']} local {row['local']}", flush=True)
-    except Exception as exc:  # noqa: BLE001 - a probe is an experiment: recorded, never fatal
-        row.update(ok=None, note=repr(exc)[:300])
-        print(f"probe {text} {label} bs{bs} zp{int(zp)} {dtype}: {exc!r}"[:300], flush=True)
-    return row

@@ -89,7 +89,7 @@ def parse_args(argv=None):
             p.error(f"unknown --shapes {unknown}; accepted: {', '.join(SHAPES)}")
     args.config_shapes = args.config_shapes.split(",")
     if args.configs:
-        from .target_runs import parse_config
+        from .target_probes import parse_config
 
         args.configs = args.configs.split(",")
         try:

@@ -213,3 +213,13 @@ def test_pipelined_m1_loop_walks_every_step_of_every_group(rng, N, K, bs, zp, co
 def test_pipeline_is_an_m1_option():
     with pytest.raises(ValueError, match="pipeline"):
         DefaultConfig("float16", 2, 32, False, pipeline=True)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("bs", ig.BLOCK_SIZES)
+def test_m1_unroll_is_the_largest_that_does_not_spill(dtype, bs):
+    # Offline ptxas (sm_90, 4 columns, 128 registers): unroll 2 spills with zero points at M = 1
+    # (4-104 bytes) and fits without; bf16 at M > 1 spills at 2 (bench/NOTES.md).
+    for zp in (False, True):
+        assert choose_config(1, 151936, 2048, bs, dtype, zp).unroll == (1 if zp else 2)
+    assert choose_config(2, 151936, 2048, bs, dtype, False).unroll == (1 if dtype == "bfloat16" else 2)

@@ -79,13 +79,22 @@ class DefaultConfig:
         return 32 // self.lanes * self.cols
 
 
+def _unroll_spills(M, dtype, zero_points) -> bool:
+    """Whether 2 chunks per lane step would spill at the chosen column counts: M > 1 bf16 keeps
+    float32 pairs and activations live (spilled on the H200); at M = 1 (the scalar loop) the
+    zero points' per-group constants do (4-104 bytes of local memory per thread, every block
+    size and dtype, ptxas for sm_90 with 4 columns and 128 registers; bench/NOTES.md)."""
+    return (dtype == "bfloat16" and M > 1) or (M == 1 and bool(zero_points))
+
+
 def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True,
                   weight_aligned16=True, cols=None, multiprocessors=132,
                   pdl=False) -> DefaultConfig:
     """The default configuration for a problem (``cols`` overrides the column count).
 
     lanes: enough lanes per column for its chunks (K short: several columns per warp);
-    unroll: up to 2 chunks per lane per step (1 for bf16); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
+    unroll: up to 2 chunks per lane per step (1 where 2 spills: bf16 at M > 1, zero points at
+    M = 1); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
     while the grid would not give every SM 8 warps; resident blocks per SM: 8 for one column
     (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md)."""
     chunks = -(-K // 32)
@@ -93,9 +102,7 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     while lanes < 32 and lanes < chunks:
         lanes *= 2
     per_lane = -(-chunks // lanes)
-    # M > 1 bf16 keeps float32 pairs and activations live: unroll 2 spilled at 4 columns (H200);
-    # the M = 1 loop (re-paired, scalar) fits unroll 2 in 128 registers without spills.
-    unroll = 1 if per_lane == 1 or (dtype == "bfloat16" and M > 1) else 2
+    unroll = 1 if per_lane == 1 or _unroll_spills(M, dtype, zero_points) else 2
     warps = 4
     if cols is None:
         cols = 4 if M == 1 else 2
@@ -131,6 +138,8 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
         unroll = f"1: each lane has one chunk of its column (K = {K}, {config.lanes} lanes)"
     elif config.dtype == "bfloat16" and config.M > 1:
         unroll = "1 for bfloat16 at M > 1 (float32 pairs stay live; unroll 2 spilled on the H200)"
+    elif config.M == 1 and config.zero_points:
+        unroll = "1 with zero points at M = 1 (their per-group constants made unroll 2 spill)"
     else:
         unroll = f"2 chunks per lane step (each lane has {per_lane} chunks of its column)"
     return {"cols": cols, "unroll": unroll}
