@@ -10,8 +10,8 @@ Rows (schema of ``DESIGN.md``): one per kernel variant, shape, M, format (block 
 points) and dtype: ``kind, variant, shape, N, K, M, bs, zp, dtype, us, floor_us, pct_floor,
 tinygemm_us, error`` (+ ``kernel``, ``config``, ``pct_copy``, ``p10_us``, ``p90_us``). Variants:
 every registered kernel (:data:`int4gemv.registry.KERNELS`; a variant that would fall back to
-another kernel is skipped and listed), ``auto``, and ``env`` (``tuning=None`` with the
-``INT4GEMV_*`` controls unset: what a user gets). ``kind="floor"`` rows are the ``stream`` peer
+another kernel is skipped and listed), ``auto``, and ``env`` (``tuning=None``: what a user gets
+with the ``INT4GEMV_*`` controls unset; skipped, with a message, when any is set). ``kind="floor"`` rows are the ``stream`` peer
 (:mod:`int4gemv.benchmark.stream`) on the same rotated weights, timed in the same run;
 ``kind="peer"`` rows are tinygemm (bf16, group 32) at the same M. ``error`` is the norm-wise
 relative error against a float64 reference (output poisoned with NaN first: unwritten -> inf).
@@ -140,8 +140,6 @@ def main(argv=None) -> int:
         return 0
     if args.simulate or (not os.path.exists("/dev/nvidiactl") and "NUMBA_ENABLE_CUDASIM" not in os.environ):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    for name in [k for k in os.environ if k.startswith("INT4GEMV_")]:
-        del os.environ[name]          # the "env" variant is the environment-unset path
     from numba import config
 
     from .environment import describe_run
@@ -154,6 +152,11 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"bench.targets: {exc}", file=sys.stderr)
         return 2
+    controls = sorted(k for k in os.environ if k.startswith("INT4GEMV_"))
+    if "env" in chosen and controls:   # the benchmark never writes the environment: say so, skip the row
+        print(f"bench.targets: 'env' (the environment-unset path) skipped: {', '.join(controls)} set",
+              file=sys.stderr)
+        chosen.remove("env")
     t0 = time.time()
     doc = {"schema": 1, "kind": "int4gemv-targets", **describe_run(simulated, ["targets"] + list(argv or sys.argv[1:]))}
     doc["command"] = "python -m bench.targets" + doc["command"][len("python -m bench"):]

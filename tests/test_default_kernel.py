@@ -149,6 +149,12 @@ def test_unaligned_fallbacks(rng):
     config = DefaultConfig(**{**base.__dict__, "act_vector": False})
     y, _ = run(a, w, bias, "float16", config=config)
     check(y, a, w, bias, "float16")
+    for dtype in DTYPES:                                # the M = 1 loop's unaligned paths
+        a, w, bias = make(rng, 4, 48, 16, True, 1, dtype)
+        base = choose_config(1, 4, 48, 16, dtype, True, multiprocessors=2)
+        config = DefaultConfig(**{**base.__dict__, "act_vector": False})
+        y, _ = run(a, w, bias, dtype, config=config)
+        check(y, a, w, bias, dtype)
 
 
 def test_persistent_grid_walks_every_group(rng):

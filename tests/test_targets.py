@@ -88,3 +88,13 @@ def test_probe_configs_parse_or_are_refused():
     assert parse_config("c2u2b6") == {"cols": 2, "unroll": 2, "blocks_per_sm": 6, "pipeline": False}
     with pytest.raises(SystemExit):
         targets.parse_args(["--out", "x", "--configs", "c4u1"])
+
+
+@pytest.mark.skipif(not SIMULATED, reason="on a GPU the command is the bench run itself (minutes)")
+def test_the_env_row_is_skipped_not_faked_when_a_control_is_set(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "1")
+    assert targets.main(["--simulate", "--out", str(tmp_path), "--formats", "32", "--dtypes", "float16",
+                         "--variants", "default,env"]) == 0
+    doc = json.loads(next(tmp_path.glob("targets-*.json")).read_text())
+    assert {r["variant"] for r in doc["rows"] if r["kind"] == "int4gemv"} == {"default"}
+    assert "INT4GEMV_SINGLE_WARP set" in capsys.readouterr().err
