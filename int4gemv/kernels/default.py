@@ -8,25 +8,34 @@ holds the configuration, its per-problem choice and the launch geometry).
 Work decomposition. K is cut into 32-element *chunks* (16 bytes of nibbles, 4 uint32 words).
 A warp takes a *column group* of ``P * cols`` columns, ``P = 32 / lanes``: ``lanes`` consecutive
 lanes share a column and lane ``s`` of them takes the column's chunks ``s, s + lanes, ...``
-(``lanes < 32`` when K is short, so several columns run side by side in one warp). A *step* is
-``unroll`` chunks of each of the lane's ``cols`` columns: all its 16-byte weight loads (with their
-scales and zero points) are issued before any is used (a second register buffer to overlap the
-next step's loads with this step's folding was measured slower: its registers cost occupancy and
-spilled; bench/NOTES.md). Folding unpacks each loaded word once and applies it to every
-activation row (M accumulators per column); the activations are read with 16-byte loads (L1
-hits: every warp reads the same ones). After a
-column group's last step a shuffle reduction over the column's lanes finishes and one lane per
-column writes its M outputs (+ bias). Warps are persistent: the grid holds ``blocks_per_sm``
-blocks per SM (enforced by launch bounds) and warp ``w`` takes column groups ``w, w + warps in
-the grid, ...``.
+(``lanes < 32`` when K is short, so several columns run side by side in one warp)::
 
-Arithmetic (:mod:`.nibble_pairs`): byte ``b`` of a word becomes the exact fp16 pair
+    warp w, column group g (cols = C, lanes = L, P = 32 / L, unroll = U)
+      lane = p * L + s         p: which of the P column slots, s: which chunk stripe
+      columns of lane        : g * P * C + p + c * P            for c < C
+      chunks of lane, step t : s + (t * U + u) * L              for u < U
+                               (16 bytes each: one ld.global.nc.v4 per column and chunk)
+      K:  | chunk 0 | chunk 1 | ... | chunk L-1 | chunk L | ... |
+            lane s=0  lane s=1        lane s=L-1  lane s=0  (next u or step)
+    grid: blocks_per_sm blocks per SM (launch bounds), warp w takes groups w, w + warps, ...
+
+A *step* is ``unroll`` chunks of each of the lane's ``cols`` columns: all its 16-byte weight loads
+(with their scales and zero points) are issued before any is used. Folding unpacks each loaded
+word once and applies it to every activation row (M accumulators per column); the activations
+are read with 16-byte loads (L1 hits: every warp reads the same ones). After a column group's
+last step a shuffle reduction over the column's lanes finishes and one lane per column writes
+its M outputs (+ bias). With ``pipeline`` (M = 1) a second register buffer holds the next
+step's loads (crossing into the next column group) while this step is folded; without it a
+warp issues, then folds (the previous session measured a second buffer slower when registers
+spilled; bench/NOTES.md).
+
+Arithmetic, M > 1 (:mod:`.nibble_pairs`): byte ``b`` of a word becomes the exact fp16 pair
 ``(q[2b] - zp, q[2b+1] - zp)`` with one PRMT, one LOP3 and one HFMA2; these pairs line up with
-activations as they lie in memory. fp16: one ``fma.rn.f16x2`` per pair and row, 8 products per
-half accumulated in fp16 over 16 elements, then float32 (about 1.5 + 0.5 M instructions per
-element). bf16: the pairs and the activations are widened to float32 and multiplied with FFMA
-(float32 accumulation). Scales multiply the float32 partial sums once per 16 (bs 16) or 32
-elements.
+activations as they lie in memory, so each row costs one ``fma.rn.f16x2`` per pair (fp16), or
+float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the re-paired dequant (no PRMT) and the
+activations re-paired once per chunk for all columns, about 2.6 instructions per element (fp16,
+SASS). fp16 sums 8 products per half in fp16, then float32; bf16 multiplies and accumulates in
+float32. Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
 
 Tails. A word (8 elements) past K gets zero activations (never loaded), so the padding nibbles
 of a last partial block add exactly 0; chunk indices past the column are clamped to a valid
@@ -42,7 +51,7 @@ from numba import cuda, float32
 from . import bf16
 from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
                              choose_config, geometry)
-from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point_constants
+from .default_m1 import scalar_fold
 from .intrinsics import (SIMULATED, allow_next_grid, half2_fma, half2_sum, shfl_xor,
                          wait_for_previous_grid)
 from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
@@ -75,7 +84,7 @@ def default_kernel(config: DefaultConfig):
     GROUP_COLS = P * C
     TWO_GROUPS = BS == 16                # a chunk holds two quantization groups
     CHUNKS_PER_GROUP = max(1, BS // 32)
-    SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (see fold_m1)
+    SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1)
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
@@ -173,66 +182,7 @@ def default_kernel(config: DefaultConfig):
                 for c in range(C):
                     acc[m, c] += part[c] if TWO_GROUPS else sv[c, u, 0] * part[c]
 
-    @cuda.jit(device=True, inline=True)
-    def offsets(z):
-        """The re-paired zero-point constants of a group (``z``: its nibble, from ``issue``)."""
-        return zero_point_constants(z) if ZP else (NO_ZP_LOW, NO_ZP_HIGH)
-
-    @cuda.jit(device=True, inline=True)
-    def word_dot(w, x, low, high, f):
-        """``f + sum a_i (q_i - zp)`` over the 8 nibbles of word ``w`` and the activations ``x``
-        (4 uint32 in memory order; bf16: their 8 float32 values). fp16: ``x`` are re-paired
-        half2 words and ``f`` a half2 accumulator; bf16: float32 throughout."""
-        if F16:
-            return dot8(w, x[0], x[1], x[2], x[3], low, high, f)
-        d0, d1, d2, d3 = dequant8(w, low, high)      # (q0, q4), (q1, q5), (q2, q6), (q3, q7)
-        f += half_low(d0) * x[0]           # one FFMA per element
-        f += half_high(d0) * x[4]
-        f += half_low(d1) * x[1]
-        f += half_high(d1) * x[5]
-        f += half_low(d2) * x[2]
-        f += half_high(d2) * x[6]
-        f += half_low(d3) * x[3]
-        return f + half_high(d3) * x[7]
-
-    @cuda.jit(device=True, inline=True)
-    def act_operand(x):
-        """8 activations (4 uint32 in memory order) as :func:`word_dot` takes them: fp16 re-paired
-        ``(a0,a4), (a1,a5), (a2,a6), (a3,a7)``; bf16 their float32 values ``a0 .. a7``."""
-        if F16:
-            return pair_words(x[0], x[1], x[2], x[3])
-        return (bf16.low_value(x[0]), bf16.high_value(x[0]), bf16.low_value(x[1]),
-                bf16.high_value(x[1]), bf16.low_value(x[2]), bf16.high_value(x[2]),
-                bf16.low_value(x[3]), bf16.high_value(x[3]))
-
-    @cuda.jit(device=True, inline=True)
-    def fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, full):
-        """M = 1 form of :func:`fold`: the chunk's activations are loaded and re-paired once
-        for all ``C`` columns, and each word costs 1 shift, 4 LOP3 and 8 HFMA2 (fp16; no byte
-        permutes): ``(w & 0x000F000F)`` lines up with ``(a0, a4)`` (:mod:`.half2`)."""
-        part = cuda.local.array(C, float32)
-        for u in range(U):
-            j_raw = j0 + u * L
-            j = j_raw if full else min(j_raw, nchunks - 1)
-            for h in range(2):           # the chunk's two 16-element halves: words 2h, 2h + 1
-                xa = act_operand(load_act(act, 32 * j + 16 * h, full or 4 * j_raw + 2 * h < nwords))
-                xb = act_operand(load_act(act, 32 * j + 16 * h + 8,
-                                          full or 4 * j_raw + 2 * h + 1 < nwords))
-                for c in range(C):
-                    low, high = offsets(zv[c, u, h] if TWO_GROUPS else zv[c, u, 0])
-                    if F16:
-                        t = word_dot(raw[c, u, 2 * h + 1], xb, low, high,
-                                     word_dot(raw[c, u, 2 * h], xa, low, high, _U0))
-                        f = half2_sum(t)
-                    else:
-                        f = word_dot(raw[c, u, 2 * h + 1], xb, low, high,
-                                     word_dot(raw[c, u, 2 * h], xa, low, high, float32(0.0)))
-                    if TWO_GROUPS:
-                        acc[0, c] += sv[c, u, h] * f
-                    elif h == 0:
-                        part[c] = f
-                    else:
-                        acc[0, c] += sv[c, u, 0] * (part[c] + f)
+    fold_m1 = scalar_fold(config, load_act)
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out):
