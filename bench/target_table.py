@@ -23,7 +23,8 @@ def _num(v, fmt):
 
 
 def _gemv(doc, **where):
-    return [r for r in doc["rows"] if r["kind"] == "int4gemv" and r.get("us")
+    """Timed int4gemv rows matching ``where``; a row whose check failed judges no target."""
+    return [r for r in doc["rows"] if r["kind"] == "int4gemv" and r.get("us") and r.get("ok") is not False
             and all(r.get(k) == v for k, v in where.items())]
 
 

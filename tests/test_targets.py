@@ -61,7 +61,8 @@ def timed_doc():
                 row("int4gemv", "single_warp", "lm_head", 44.0, 40.0),                 # 90.9 % < 92
                 row("int4gemv", "env", "lm_head", 46.0, 40.0),                         # slower than default
                 row("int4gemv", "default", "k/v", 4.0, 3.0, tg=4.1),                   # 1.33x floor: misses
-                row("int4gemv", "default", "down", 5.0, 4.0, tg=6.0)]}                 # 1.2x tinygemm < 1.3
+                row("int4gemv", "default", "down", 5.0, 4.0, tg=6.0),                 # 1.2x tinygemm < 1.3
+                dict(row("int4gemv", "default", "q/o", 1.0, 3.0, tg=9.0), ok=False)]}  # wrong: judges nothing
 
 
 def test_the_target_table_judges_each_row():
@@ -72,6 +73,7 @@ def test_the_target_table_judges_each_row():
     assert not checks[("default x floor", "k/v float16")] and checks[("default x floor", "down float16")]
     assert checks[("tinygemm / default", "k/v float16")] and not checks[("tinygemm / default", "down float16")]
     assert checks[("bf16 / fp16 default", "lm_head bs32")]
+    assert not any("q/o" in r for _, r in checks)
     text = format_targets(timed_doc())
     assert "9 of 13 target rows hold" in text and GOALS["decode_x_floor"] == 1.3
 
