@@ -37,9 +37,10 @@ def _peer_names(doc):
 
 
 def format_table(doc) -> str:
-    """One line per shape and method: µs, GB/s, % of copy bandwidth, eager µs, error, speed-ups."""
+    """One line per shape and method: µs, GB/s, % of copy bandwidth, % of floor (the ``stream``
+    peer, same bytes, same run), eager µs, error, speed-ups."""
     peers = _peer_names(doc)
-    head = (f"{'shape':24} {'N x K':>13} {'method':12} {'µs':>8} {'GB/s':>7} {'%copy':>6} {'eager µs':>9} "
+    head = (f"{'shape':24} {'N x K':>13} {'method':12} {'µs':>8} {'GB/s':>7} {'%copy':>6} {'%floor':>6} {'eager µs':>9} "
             f"{'rel err':>8} " + " ".join(f"{'x ' + p:>12}" for p in peers))
     lines = [head, "-" * len(head)]
     last = None
@@ -51,7 +52,8 @@ def format_table(doc) -> str:
         nk = f"{r['N']}x{r['K']}" if shape else ""
         line = (f"{shape:24} {nk:>13} {r['method']:12} "
                 f"{_num(r.get('us'), '8.2f'):>8} {_num(r.get('gbs'), '7.0f'):>7} "
-                f"{_num(r.get('pct_copy'), '6.1f'):>6} {_num(r.get('eager_us'), '9.1f'):>9} "
+                f"{_num(r.get('pct_copy'), '6.1f'):>6} {_num(r.get('pct_floor'), '6.1f'):>6} "
+                f"{_num(r.get('eager_us'), '9.1f'):>9} "
                 f"{_num(err, '8.1e'):>8} " + " ".join(f"{_num(speed.get(p), '12.2f'):>12}" for p in peers))
         if r.get("error"):
             line += f"  ERROR {r['error'][:80]}"

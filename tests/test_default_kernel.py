@@ -134,8 +134,9 @@ def test_long_k_several_chunks_per_lane_and_unroll(rng):
     # 65 chunks over 32 lanes: lane 0 takes 3 chunks, one of them in an unrolled step's tail.
     for dtype in DTYPES:
         a, w, bias = make(rng, 3, 2056, 32, True, 1, dtype)
-        y, config = run(a, w, bias, dtype)
-        assert config.lanes == 32 and config.unroll == (2 if dtype == "float16" else 1)
+        base = choose_config(1, 3, 2056, 32, dtype, True, multiprocessors=2)
+        assert base.lanes == 32 and base.unroll == 1       # zero points at M = 1: unroll 1
+        y, config = run(a, w, bias, dtype, config=DefaultConfig(**{**base.__dict__, "unroll": 2}))
         check(y, a, w, bias, dtype)
 
 
@@ -148,6 +149,12 @@ def test_unaligned_fallbacks(rng):
     config = DefaultConfig(**{**base.__dict__, "act_vector": False})
     y, _ = run(a, w, bias, "float16", config=config)
     check(y, a, w, bias, "float16")
+    for dtype in DTYPES:                                # the M = 1 loop's unaligned paths
+        a, w, bias = make(rng, 4, 48, 16, True, 1, dtype)
+        base = choose_config(1, 4, 48, 16, dtype, True, multiprocessors=2)
+        config = DefaultConfig(**{**base.__dict__, "act_vector": False})
+        y, _ = run(a, w, bias, dtype, config=config)
+        check(y, a, w, bias, dtype)
 
 
 def test_persistent_grid_walks_every_group(rng):
@@ -191,3 +198,37 @@ def test_through_gemv_every_dtype_and_batch(rng, dtype, M):
     assert np.all(np.isfinite(y))
     ref, size = reference(a, w, bias, dtype)
     assert np.max(np.abs(y - ref) / (size + np.abs(bias.astype(np.float64)))) <= TOL[dtype]
+
+
+@pytest.mark.parametrize(("N", "K", "bs", "zp", "cols", "lanes", "unroll", "pdl"), [
+    (9, 64, 32, True, 1, 2, 1, False),       # one block of one warp walks 9 groups: A/B alternate
+    (10, 64, 32, False, 2, 2, 1, True),      # an odd number of items, PDL build
+    (8, 2056, 16, True, 1, 32, 2, False),    # 65 chunks: several steps per group, the last partial
+    (5, 200, 64, True, 2, 4, 2, False),      # K tail inside a chunk, N tail inside a group
+    (5, 200, 64, False, 2, 2, 1, False),     # 4 steps per group: both buffers hold middle steps
+])
+def test_pipelined_m1_loop_walks_every_step_of_every_group(rng, N, K, bs, zp, cols, lanes, unroll, pdl):
+    # pipeline=True: the next step's loads (across column groups) are issued before this step
+    # is folded, alternating two register buffers; one warp so that it walks every item.
+    for dtype in DTYPES:
+        a, w, bias = make(rng, N, K, bs, zp, 1, dtype)
+        rows16 = -(-K // bs) * bs // 2 % 16 == 0       # else two 8-byte loads per chunk
+        config = DefaultConfig(dtype, 1, bs, zp, cols=cols, lanes=lanes, unroll=unroll, warps=1,
+                               blocks_per_sm=1, pdl=pdl, pipeline=True, weight_vector=rows16)
+        y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
+        check(y, a, w, bias, dtype)
+
+
+def test_pipeline_is_an_m1_option():
+    with pytest.raises(ValueError, match="pipeline"):
+        DefaultConfig("float16", 2, 32, False, pipeline=True)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("bs", ig.BLOCK_SIZES)
+def test_m1_unroll_is_the_largest_that_does_not_spill(dtype, bs):
+    # Offline ptxas (sm_90, 4 columns, 128 registers): unroll 2 spills with zero points at M = 1
+    # (4-104 bytes) and fits without; bf16 at M > 1 spills at 2 (bench/NOTES.md).
+    for zp in (False, True):
+        assert choose_config(1, 151936, 2048, bs, dtype, zp).unroll == (1 if zp else 2)
+    assert choose_config(2, 151936, 2048, bs, dtype, False).unroll == (1 if dtype == "bfloat16" else 2)

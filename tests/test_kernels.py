@@ -12,8 +12,11 @@ Bounds (u = 2**-11, the unit roundoff of fp16):
   error <= 8u times the sum of their magnitudes), halves and words are summed in float32 and the
   output is rounded to fp16 (u |y| <= u S): ``|y - ref| <= (9u + K/16 * 2**-24) S``
   (:data:`TOL_SINGLE_WARP`, about 4.4e-3).
-* default tiling: float32 throughout (the nibble-offset trick keeps ~17 bits of each signal) and
-  one fp16 rounding of the output: ``|y - ref| <= (u + 2**-13) S`` (:data:`TOL_DEFAULT`).
+* default tiling: the same fp16 partial sums of at most 8 products per half (natural-order pairs
+  for M > 1, re-paired ``(q_e, q_{e+4})`` pairs in the M = 1 loop), then float32: the same bound.
+  (Its earlier bound, ``(u + 2**-13) S``, was that of a float32 kernel this tiling stopped being
+  in issue 12; the re-paired M = 1 loop rounds in another order and exceeded it on one
+  generated case: 6.5e-4 at K = 8, within ``9u``.)
 """
 
 import numpy as np
@@ -26,8 +29,8 @@ import int4gemv as ig
 from int4gemv.kernels import single_warp
 
 U = 2.0 ** -11
-TOL_DEFAULT = U + 2.0 ** -13
 TOL_SINGLE_WARP = 9 * U  # plus the float32 part, K/16 * 2**-24, added in check()
+TOL_DEFAULT = TOL_SINGLE_WARP  # the same fp16 partial sums (see the module docstring)
 
 
 def run(a, w, bias=None, variant="default", **env):
@@ -53,7 +56,7 @@ def error(y, a, w, bias=None):
 
 
 def check(y, a, w, bias=None, kernel="default"):
-    tol = TOL_DEFAULT if kernel == "default" else TOL_SINGLE_WARP + w.K / 16 * 2.0 ** -24
+    tol = (TOL_DEFAULT if kernel == "default" else TOL_SINGLE_WARP) + w.K / 16 * 2.0 ** -24
     err = error(y, a, w, bias)
     assert err <= tol, f"{kernel}: error {err:.2e} of the terms' magnitude (bound {tol:.2e})"
     return err

@@ -111,7 +111,7 @@ def test_tuning_and_shorthands_are_exclusive():
 
 @pytest.mark.parametrize("M, K, dtype, cols, unroll, cols_why, unroll_why", [
     (1, 2048, "float16", 4, 2, "4 columns per lane step at M = 1 (8 loads", "2 chunks per lane step (each lane has 2"),
-    (1, 2048, "bfloat16", 4, 1, "32 lanes per column (K = 2048: 64 chunks", "1 for bfloat16"),
+    (1, 2048, "bfloat16", 4, 2, "32 lanes per column (K = 2048: 64 chunks", "2 chunks per lane step"),
 ])
 def test_explain_says_why_the_default_tiling_chose_its_columns_and_unroll(rng, M, K, dtype, cols, unroll,
                                                                         cols_why, unroll_why):

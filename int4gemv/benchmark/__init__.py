@@ -16,6 +16,7 @@ Modules (one concept each; importing any of them touches no GPU):
 * :mod:`~int4gemv.benchmark.comparison`  :func:`compare`
 * :mod:`~int4gemv.benchmark.table`       :class:`Comparison`: the printable table and its chart
 * :mod:`~int4gemv.benchmark.peers`       torch tinygemm, torch.mv, dequant+mv, gemlite (``int4gemv[peers]``)
+* :mod:`~int4gemv.benchmark.stream`      the ``stream`` peer: the floor (a read-only stream of the weight's bytes)
 * :mod:`~int4gemv.benchmark.workloads`   the decode-step workloads installed as package data
 
 On Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) everything runs at tiny shapes, checks

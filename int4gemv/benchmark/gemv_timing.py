@@ -6,7 +6,9 @@ tuning it checks one launch (output poisoned with NaN first) against the float64
 ``max(copies, MIN_LAUNCHES)`` launches cycling through the copies into one graph owned by
 ``lifecycle.numba_provider``, times its replays (:func:`~int4gemv.benchmark.timing.measure_replays`)
 and the same calls issued eagerly (:func:`~int4gemv.benchmark.timing.time_eager`). Peers
-(:mod:`int4gemv.benchmark.peers`) are timed the same way on the same input.
+(:mod:`int4gemv.benchmark.peers`) are timed the same way on the same input. The floor (the
+``stream`` peer, :mod:`int4gemv.benchmark.stream`: a read-only stream of the same rotated weight
+bytes) is timed once per bench, and every int4gemv row carries ``floor_us`` and ``pct_floor``.
 
 On Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the check runs (keep shapes tiny: each
 simulated launch runs every GPU thread in Python) and nothing is timed: the result says
@@ -44,8 +46,10 @@ def simulated() -> bool:
 class GemvTiming:
     """One measured configuration. Times in µs per launch (``None`` when not timed: simulator,
     or an ``error``); ``gbs`` = bytes one launch must read / time; ``pct_copy`` = that against the
-    device-to-device copy bandwidth ``copy_gbs``; ``rel_err`` against float64 (``None``: no
-    reference for this peer); ``ok`` = finite output within :data:`REL_ERR_OK`."""
+    device-to-device copy bandwidth ``copy_gbs``; ``floor_us`` = the ``stream`` peer's time for the
+    same bytes in the same run and ``pct_floor`` = 100 * floor / time (int4gemv rows); ``rel_err``
+    against float64 (``None``: no reference for this peer); ``ok`` = finite output within
+    :data:`REL_ERR_OK`."""
 
     method: str
     family: str                  # "int4gemv" or "peer"
@@ -73,6 +77,8 @@ class GemvTiming:
     copies: int | None = None
     description: str | None = None
     error: str | None = None
+    floor_us: float | None = None
+    pct_floor: float | None = None
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -92,6 +98,8 @@ class GemvTiming:
         if self.us is None:
             return f"{head}: not timed{err}"
         copy = "" if self.pct_copy is None else f", {self.pct_copy:.1f}% of copy ({self.copy_gbs:.0f} GB/s)"
+        if self.pct_floor is not None:
+            copy += f", {self.pct_floor:.1f}% of floor ({self.floor_us:.2f} µs)"
         eager = "" if self.eager_us is None else f"; eager {self.eager_us:.1f} µs/call"
         return (f"{head}: {self.us:.2f} µs (p10 {self.p10_us:.2f}, p90 {self.p90_us:.2f}), "
                 f"{self.gbs:.0f} GB/s{copy}{err}{eager}")
@@ -125,7 +133,7 @@ class GemvBench:
         self.x = (np.random.default_rng(seed).standard_normal((self.M, w.K)) * 0.5).astype(np.float16)
         self.x_dev = cuda.to_device(self.x)
         self.out = cuda.device_array((self.M, w.N), np.float16)
-        self._ref = None
+        self._ref = self._floor = None
         self._provider = self._torch_stream = None
         self._graph_ids = 0
 
@@ -218,7 +226,7 @@ class GemvBench:
             self._provider.release(graph_id)
         counter = iter(range(1 << 62))
         eager = time_eager(lambda: issue(next(counter), stream), lambda: self._sync(stream), calls=eager_calls)
-        return self._fill(row, timing, eager)
+        return self._with_floor(self._fill(row, timing, eager))
 
     @staticmethod
     def _sync(stream):
@@ -263,6 +271,53 @@ class GemvBench:
             row.error = repr(exc)[:400]
             return row
         return self._fill(row, timing, eager)
+
+    def graph_timer(self, issue, launches: int, replays: int):
+        """:class:`~int4gemv.benchmark.timing.Timing` of ``issue(i, stream)`` for ``i < launches``
+        captured into one lifecycle-owned graph (GPU only)."""
+        graph_id = self._owned_graph(issue, launches)
+        try:
+            return measure_replays(lambda: self._provider.replay(graph_id), self._provider.stream,
+                                   launches=launches, replays=replays)
+        finally:
+            self._provider.release(graph_id)
+
+    def floor(self, *, replays: int = DEFAULT_REPLAYS) -> GemvTiming:
+        """The ``stream`` peer on this bench's rotated weights (:mod:`~int4gemv.benchmark.stream`):
+        checked (every byte read once), and on the GPU timed with the configuration
+        :func:`~int4gemv.benchmark.stream.choose` picks. Measured once per bench."""
+        if self._floor is not None:
+            return self._floor
+        from numba import cuda
+
+        from .stream import SIM_CONFIG, StreamPeer, choose
+
+        row = self._row("stream", "floor", self.nbytes, description=StreamPeer.description,
+                        copies=len(self.weights))
+        try:
+            if self.simulated:
+                peer = StreamPeer(self.weights, SIM_CONFIG, 1)
+            else:
+                dev = cuda.get_current_device()
+                sms = dev.MULTIPROCESSOR_COUNT
+                config = choose(self.weights, self.graph_timer, device_key=(dev.id, dev.name), multiprocessors=sms)
+                peer = StreamPeer(self.weights, config, sms)
+            row.ok = peer.check()
+            row.kernel, row.grid = f"stream {peer.config}", [peer.grid, 1, 1]
+            if not row.ok:
+                row.error = "the stream kernel's checksum differs from the weight's bytes"
+            elif not self.simulated:
+                self._fill(row, peer.time(self.graph_timer, replays=replays), None)
+        except Exception as exc:  # noqa: BLE001 - reported in the row; rows then carry no floor
+            row.ok, row.error = False, repr(exc)[:400]
+        self._floor = row
+        return row
+
+    def _with_floor(self, row: GemvTiming) -> GemvTiming:
+        floor = self.floor()
+        if row.us and floor.us:
+            row.floor_us, row.pct_floor = floor.us, 100 * floor.us / row.us
+        return row
 
     def close(self) -> None:
         """Release the graph provider and the device arrays."""

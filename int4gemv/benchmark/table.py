@@ -22,22 +22,23 @@ def _num(value, fmt):
 
 
 def format_rows(rows, shapes=None) -> str:
-    """A text table of :class:`GemvTiming` rows: µs, GB/s, % of copy, eager µs, error and, for
-    int4gemv rows, the speed-up over each peer timed on the same shape."""
+    """A text table of :class:`GemvTiming` rows: µs, GB/s, % of copy, % of floor (the ``stream``
+    peer's time for the same bytes / the row's), eager µs, error and, for int4gemv rows, the
+    speed-up over each peer timed on the same shape."""
     peers = list(dict.fromkeys(r.method for r in rows if r.family == "peer" and r.us))
     speed = {}
     for r in rows:
         if r.family == "int4gemv" and r.us:
             speed[id(r)] = {p.method: p.us / r.us for p in rows
                             if p.family == "peer" and p.us and (p.N, p.K, p.M) == (r.N, r.K, r.M)}
-    head = (f"{'shape':16} {'M':>2} {'method':16} {'µs':>8} {'GB/s':>7} {'%copy':>6} {'eager µs':>9} {'rel err':>8} "
+    head = (f"{'shape':16} {'M':>2} {'method':16} {'µs':>8} {'GB/s':>7} {'%copy':>6} {'%floor':>6} {'eager µs':>9} {'rel err':>8} "
             + " ".join(f"{'x ' + p:>12}" for p in peers))
     lines = [head.rstrip(), "-" * len(head.rstrip())]
     labels = shapes or {}
     for r in rows:
         shape = labels.get((r.N, r.K), f"{r.N}x{r.K}")
         line = (f"{shape[:16]:16} {r.M:>2} {r.method[:16]:16} {_num(r.us, '8.2f'):>8} {_num(r.gbs, '7.0f'):>7} "
-                f"{_num(r.pct_copy, '6.1f'):>6} {_num(r.eager_us, '9.1f'):>9} {_num(r.rel_err, '8.1e'):>8} "
+                f"{_num(r.pct_copy, '6.1f'):>6} {_num(r.pct_floor, '6.1f'):>6} {_num(r.eager_us, '9.1f'):>9} {_num(r.rel_err, '8.1e'):>8} "
                 + " ".join(f"{_num(speed.get(id(r), {}).get(p), '12.2f'):>12}" for p in peers))
         if r.error:
             line += f"  {r.error[:70]}"

@@ -8,25 +8,34 @@ holds the configuration, its per-problem choice and the launch geometry).
 Work decomposition. K is cut into 32-element *chunks* (16 bytes of nibbles, 4 uint32 words).
 A warp takes a *column group* of ``P * cols`` columns, ``P = 32 / lanes``: ``lanes`` consecutive
 lanes share a column and lane ``s`` of them takes the column's chunks ``s, s + lanes, ...``
-(``lanes < 32`` when K is short, so several columns run side by side in one warp). A *step* is
-``unroll`` chunks of each of the lane's ``cols`` columns: all its 16-byte weight loads (with their
-scales and zero points) are issued before any is used (a second register buffer to overlap the
-next step's loads with this step's folding was measured slower: its registers cost occupancy and
-spilled; bench/NOTES.md). Folding unpacks each loaded word once and applies it to every
-activation row (M accumulators per column); the activations are read with 16-byte loads (L1
-hits: every warp reads the same ones). After a
-column group's last step a shuffle reduction over the column's lanes finishes and one lane per
-column writes its M outputs (+ bias). Warps are persistent: the grid holds ``blocks_per_sm``
-blocks per SM (enforced by launch bounds) and warp ``w`` takes column groups ``w, w + warps in
-the grid, ...``.
+(``lanes < 32`` when K is short, so several columns run side by side in one warp)::
 
-Arithmetic (:mod:`.nibble_pairs`): byte ``b`` of a word becomes the exact fp16 pair
+    warp w, column group g (cols = C, lanes = L, P = 32 / L, unroll = U)
+      lane = p * L + s         p: which of the P column slots, s: which chunk stripe
+      columns of lane        : g * P * C + p + c * P            for c < C
+      chunks of lane, step t : s + (t * U + u) * L              for u < U
+                               (16 bytes each: one ld.global.nc.v4 per column and chunk)
+      K:  | chunk 0 | chunk 1 | ... | chunk L-1 | chunk L | ... |
+            lane s=0  lane s=1        lane s=L-1  lane s=0  (next u or step)
+    grid: blocks_per_sm blocks per SM (launch bounds), warp w takes groups w, w + warps, ...
+
+A *step* is ``unroll`` chunks of each of the lane's ``cols`` columns: all its 16-byte weight loads
+(with their scales and zero points) are issued before any is used. Folding unpacks each loaded
+word once and applies it to every activation row (M accumulators per column); the activations
+are read with 16-byte loads (L1 hits: every warp reads the same ones). After a column group's
+last step a shuffle reduction over the column's lanes finishes and one lane per column writes
+its M outputs (+ bias). With ``pipeline`` (M = 1) a second register buffer holds the next
+step's loads (crossing into the next column group) while this step is folded; without it a
+warp issues, then folds (the previous session measured a second buffer slower when registers
+spilled; bench/NOTES.md).
+
+Arithmetic, M > 1 (:mod:`.nibble_pairs`): byte ``b`` of a word becomes the exact fp16 pair
 ``(q[2b] - zp, q[2b+1] - zp)`` with one PRMT, one LOP3 and one HFMA2; these pairs line up with
-activations as they lie in memory. fp16: one ``fma.rn.f16x2`` per pair and row, 8 products per
-half accumulated in fp16 over 16 elements, then float32 (about 1.5 + 0.5 M instructions per
-element). bf16: the pairs and the activations are widened to float32 and multiplied with FFMA
-(float32 accumulation). Scales multiply the float32 partial sums once per 16 (bs 16) or 32
-elements.
+activations as they lie in memory, so each row costs one ``fma.rn.f16x2`` per pair (fp16), or
+float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the re-paired dequant (no PRMT) and the
+activations re-paired once per chunk for all columns, about 2.6 instructions per element (fp16,
+SASS). fp16 sums 8 products per half in fp16, then float32; bf16 multiplies and accumulates in
+float32. Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
 
 Tails. A word (8 elements) past K gets zero activations (never loaded), so the padding nibbles
 of a last partial block add exactly 0; chunk indices past the column are clamped to a valid
@@ -42,6 +51,7 @@ from numba import cuda, float32
 from . import bf16
 from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
                              choose_config, geometry)
+from .default_m1 import scalar_fold
 from .intrinsics import (SIMULATED, allow_next_grid, half2_fma, half2_sum, shfl_xor,
                          wait_for_previous_grid)
 from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
@@ -68,11 +78,13 @@ def default_kernel(config: DefaultConfig):
     M, C, L, U = config.M, config.cols, config.lanes, config.unroll
     BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
     ACT_VEC, W_VEC, PDL = config.act_vector, config.weight_vector, config.pdl
+    PIPELINE = config.pipeline
     P = 32 // L
     LOG_L = L.bit_length() - 1
     GROUP_COLS = P * C
     TWO_GROUPS = BS == 16                # a chunk holds two quantization groups
     CHUNKS_PER_GROUP = max(1, BS // 32)
+    SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1)
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
@@ -119,8 +131,8 @@ def default_kernel(config: DefaultConfig):
                     sv[c, u, h] = to_float(scales[n * nb + g])
                     if ZP:
                         byte = np.uint32(zero_points[n * nzb + (g >> 1)])
-                        zv[c, u, h] = zero_point_offset(
-                            (byte >> np.uint32((g & 1) << 2)) & np.uint32(15))
+                        q = (byte >> np.uint32((g & 1) << 2)) & np.uint32(15)
+                        zv[c, u, h] = q if SCALAR else zero_point_offset(q)
                     else:
                         zv[c, u, h] = NO_ZP_OFFSET
 
@@ -170,6 +182,8 @@ def default_kernel(config: DefaultConfig):
                 for c in range(C):
                     acc[m, c] += part[c] if TWO_GROUPS else sv[c, u, 0] * part[c]
 
+    fold_m1 = scalar_fold(config, load_act)
+
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out):
         """Reduce each column over its lanes; the column's first lane writes M outputs."""
@@ -197,6 +211,32 @@ def default_kernel(config: DefaultConfig):
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
     H = 2 if TWO_GROUPS else 1
 
+    @cuda.jit(device=True, inline=True)
+    def issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
+                   row_bytes, raw, sv, zv):
+        """``issue`` for step ``st`` of column group ``g`` (the full-step form when it can)."""
+        col0, j0 = g * GROUP_COLS + p, s + st * L * U
+        if 4 * (st + 1) * L * U <= nwords:     # warp-uniform: no chunk of the step is past K
+            issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
+                  raw, sv, zv, True)
+        else:
+            issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
+                  raw, sv, zv, False)
+
+    @cuda.jit(device=True, inline=True)
+    def fold_step(act, st, s, nwords, nchunks, K, raw, sv, zv, acc):
+        """``fold`` (``fold_m1`` at M = 1) of step ``st`` (the full-step form when it can)."""
+        j0 = s + st * L * U
+        full = 4 * (st + 1) * L * U <= nwords
+        if SCALAR and full:
+            fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, True)
+        elif SCALAR:
+            fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, False)
+        elif full:
+            fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, True)
+        else:
+            fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, False)
+
     @cuda.jit(**bounds)
     def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N):
         lane = cuda.threadIdx.x % 32
@@ -220,26 +260,47 @@ def default_kernel(config: DefaultConfig):
                 acc[m, c] = float32(0.0)
         if PDL:
             allow_next_grid()
+        if PIPELINE:
+            # Two buffers, A (raw, sv, zv) and B: the next step's loads (crossing into the
+            # warp's next column group) are in flight while this step is folded. The loop body
+            # is written out for both buffers so that no buffer is ever copied.
+            raw_b = cuda.local.array((C, U, 4), np.uint32)
+            sv_b = cuda.local.array((C, U, H), float32)
+            zv_b = cuda.local.array((C, U, H), np.uint32)
+            ga, sa = g, 0
+            if ga < groups:
+                issue_step(packed, scales, zero_points, ga, sa, s, p, N, nwords, nchunks, nb,
+                           nzb, row_bytes, raw, sv, zv)
+            if PDL:  # the first weights are in flight while the previous grid ends
+                wait_for_previous_grid()
+            while ga < groups:
+                gb, sb = (ga, sa + 1) if sa + 1 < steps else (ga + stride, 0)
+                if gb < groups:
+                    issue_step(packed, scales, zero_points, gb, sb, s, p, N, nwords, nchunks, nb,
+                               nzb, row_bytes, raw_b, sv_b, zv_b)
+                fold_step(act, sa, s, nwords, nchunks, K, raw, sv, zv, acc)
+                if sa + 1 == steps:
+                    finish(acc, ga * GROUP_COLS + p, s, N, bias, has_bias, out)
+                if gb >= groups:
+                    break
+                ga, sa = (gb, sb + 1) if sb + 1 < steps else (gb + stride, 0)
+                if ga < groups:
+                    issue_step(packed, scales, zero_points, ga, sa, s, p, N, nwords, nchunks, nb,
+                               nzb, row_bytes, raw, sv, zv)
+                fold_step(act, sb, s, nwords, nchunks, K, raw_b, sv_b, zv_b, acc)
+                if sb + 1 == steps:
+                    finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out)
+            return
         waited = not PDL
         while g < groups:
-            col0 = g * GROUP_COLS + p
             for st in range(steps):
-                j0 = s + st * L * U
-                # Warp-uniform: every chunk of this step lies inside K (no guards needed).
-                if 4 * (st + 1) * L * U <= nwords:
-                    issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb,
-                          row_bytes, raw, sv, zv, True)
-                else:
-                    issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb,
-                          row_bytes, raw, sv, zv, False)
+                issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
+                           row_bytes, raw, sv, zv)
                 if not waited:  # the first weights are in flight while the previous grid ends
                     wait_for_previous_grid()
                     waited = True
-                if 4 * (st + 1) * L * U <= nwords:
-                    fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, True)
-                else:
-                    fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, False)
-            finish(acc, col0, s, N, bias, has_bias, out)
+                fold_step(act, st, s, nwords, nchunks, K, raw, sv, zv, acc)
+            finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out)
             g += stride
         if not waited:  # a warp with no column group still orders itself after the previous grid
             wait_for_previous_grid()

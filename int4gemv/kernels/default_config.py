@@ -32,7 +32,9 @@ class DefaultConfig:
     weight_vector: packed rows 16-byte aligned (16-byte loads; else two 8-byte loads);
     pdl: compiled for a programmatic dependent launch (sm_90+): the kernel lets the next such
     launch start at once, issues its first weight loads, and only then waits for the previous
-    grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``.
+    grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``;
+    pipeline: (M = 1) two register buffers: each step's loads are issued before the previous
+    step is folded, across column groups, so a warp always has a step of loads in flight.
     """
 
     dtype: str
@@ -47,6 +49,7 @@ class DefaultConfig:
     act_vector: bool = True
     weight_vector: bool = True
     pdl: bool = False
+    pipeline: bool = False
 
     def __post_init__(self):
         def check(name, ok, accepted):
@@ -58,7 +61,7 @@ class DefaultConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
-        for name in ("zero_points", "act_vector", "weight_vector", "pdl"):
+        for name in ("zero_points", "act_vector", "weight_vector", "pdl", "pipeline"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"DefaultConfig.{name} must be a bool")
         check("M", 1 <= self.M <= MAX_M, f"in 1..{MAX_M}")
@@ -69,10 +72,19 @@ class DefaultConfig:
         check("warps", self.warps in (1, 2, 4, 8), "one of (1, 2, 4, 8)")
         check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
               f"in 1..{64 // self.warps}")
+        check("pipeline", not self.pipeline or self.M == 1, "False when M > 1 (M = 1 only)")
 
     @property
     def columns_per_warp(self) -> int:
         return 32 // self.lanes * self.cols
+
+
+def _unroll_spills(M, dtype, zero_points) -> bool:
+    """Whether 2 chunks per lane step would spill at the chosen column counts: M > 1 bf16 keeps
+    float32 pairs and activations live (spilled on the H200); at M = 1 (the scalar loop) the
+    zero points' per-group constants do (4-104 bytes of local memory per thread, every block
+    size and dtype, ptxas for sm_90 with 4 columns and 128 registers; bench/NOTES.md)."""
+    return (dtype == "bfloat16" and M > 1) or (M == 1 and bool(zero_points))
 
 
 def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True,
@@ -81,7 +93,8 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     """The default configuration for a problem (``cols`` overrides the column count).
 
     lanes: enough lanes per column for its chunks (K short: several columns per warp);
-    unroll: up to 2 chunks per lane per step (1 for bf16); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
+    unroll: up to 2 chunks per lane per step (1 where 2 spills: bf16 at M > 1, zero points at
+    M = 1); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
     while the grid would not give every SM 8 warps; resident blocks per SM: 8 for one column
     (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md)."""
     chunks = -(-K // 32)
@@ -89,8 +102,7 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     while lanes < 32 and lanes < chunks:
         lanes *= 2
     per_lane = -(-chunks // lanes)
-    # bf16 keeps float32 pairs and activations live: unroll 2 spilled at 4 columns (H200).
-    unroll = 1 if per_lane == 1 or dtype == "bfloat16" else 2
+    unroll = 1 if per_lane == 1 or _unroll_spills(M, dtype, zero_points) else 2
     warps = 4
     if cols is None:
         cols = 4 if M == 1 else 2
@@ -124,8 +136,10 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
              f"{config.blocks_per_sm} blocks per SM")
     if per_lane == 1:
         unroll = f"1: each lane has one chunk of its column (K = {K}, {config.lanes} lanes)"
-    elif config.dtype == "bfloat16":
-        unroll = "1 for bfloat16 (float32 pairs stay live; unroll 2 spilled on the H200)"
+    elif config.dtype == "bfloat16" and config.M > 1:
+        unroll = "1 for bfloat16 at M > 1 (float32 pairs stay live; unroll 2 spilled on the H200)"
+    elif config.M == 1 and config.zero_points:
+        unroll = "1 with zero points at M = 1 (their per-group constants made unroll 2 spill)"
     else:
         unroll = f"2 chunks per lane step (each lane has {per_lane} chunks of its column)"
     return {"cols": cols, "unroll": unroll}

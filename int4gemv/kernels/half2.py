@@ -23,10 +23,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .intrinsics import half2_fma
+from .intrinsics import and_or, half2_fma
+from .nibble_pairs import byte_perm
 
-__all__ = ["pair_activations", "pair_activations_wide", "zero_point_constants", "dot16",
-           "NO_ZP_LOW", "NO_ZP_HIGH"]
+__all__ = ["pair_activations", "pair_activations_wide", "pair_words", "zero_point_constants", "dequant8",
+           "dot8", "dot16", "NO_ZP_LOW", "NO_ZP_HIGH"]
 
 _LOW, _HIGH = np.uint32(0x000F000F), np.uint32(0x00F000F0)
 _MAGIC = np.uint32(0x64006400)          # half2 (1024, 1024)
@@ -74,13 +75,32 @@ def pair_activations_wide(a64, word, p, row):
 
 
 @cuda.jit(device=True, inline=True)
-def _dot8(w, p0, p1, p2, p3, low, high, acc):
+def pair_words(x0, x1, x2, x3):
+    """The re-paired activations ``(a0,a4), (a1,a5), (a2,a6), (a3,a7)`` of 8 consecutive 16-bit
+    activations held as 4 uint32 in memory order (``x0 = (a0, a1)`` ...): 4 byte permutes."""
+    return (byte_perm(x0, x2, np.uint32(0x5410)), byte_perm(x0, x2, np.uint32(0x7632)),
+            byte_perm(x1, x3, np.uint32(0x5410)), byte_perm(x1, x3, np.uint32(0x7632)))
+
+
+@cuda.jit(device=True, inline=True)
+def dequant8(w, low, high):
+    """The exact fp16 pairs ``(q0-zp, q4-zp), (q1-zp, q5-zp), (q2-zp, q6-zp), (q3-zp, q7-zp)`` of
+    uint32 ``w``: 1 shift, 4 LOP3, 4 HFMA2 (``low, high`` from :func:`zero_point_constants`)."""
     t = w >> np.uint32(8)
-    acc = half2_fma(half2_fma((w & _LOW) | _MAGIC, _ONE2, low), p0, acc)
-    acc = half2_fma(half2_fma((w & _HIGH) | _MAGIC, _SIXTEENTH2, high), p1, acc)
-    acc = half2_fma(half2_fma((t & _LOW) | _MAGIC, _ONE2, low), p2, acc)
-    acc = half2_fma(half2_fma((t & _HIGH) | _MAGIC, _SIXTEENTH2, high), p3, acc)
-    return acc
+    return (half2_fma(and_or(w, _LOW, _MAGIC), _ONE2, low), half2_fma(and_or(w, _HIGH, _MAGIC), _SIXTEENTH2, high),
+            half2_fma(and_or(t, _LOW, _MAGIC), _ONE2, low), half2_fma(and_or(t, _HIGH, _MAGIC), _SIXTEENTH2, high))
+
+
+@cuda.jit(device=True, inline=True)
+def dot8(w, p0, p1, p2, p3, low, high, acc):
+    """``acc + sum a_i (q_i - zp)`` over the 8 nibbles of ``w`` in half2 (each half adds 4
+    products); ``p0..p3`` from :func:`pair_words`."""
+    d = dequant8(w, low, high)
+    acc = half2_fma(d[0], p0, acc)
+    acc = half2_fma(d[1], p1, acc)
+    acc = half2_fma(d[2], p2, acc)
+    return half2_fma(d[3], p3, acc)
+
 
 
 @cuda.jit(device=True, inline=True)
@@ -90,5 +110,5 @@ def dot16(word, p, row, low, high):
     constants of :func:`zero_point_constants`."""
     lo = np.uint32(word & np.uint64(0xFFFFFFFF))
     hi = np.uint32(word >> np.uint64(32))
-    acc = _dot8(lo, p[row, 0], p[row, 1], p[row, 2], p[row, 3], low, high, _ZERO32)
-    return _dot8(hi, p[row, 4], p[row, 5], p[row, 6], p[row, 7], low, high, acc)
+    acc = dot8(lo, p[row, 0], p[row, 1], p[row, 2], p[row, 3], low, high, _ZERO32)
+    return dot8(hi, p[row, 4], p[row, 5], p[row, 6], p[row, 7], low, high, acc)

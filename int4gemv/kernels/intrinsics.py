@@ -20,7 +20,7 @@ from numba import cuda
 
 from ..device import simulated
 
-__all__ = ["int_as_float", "half2_fma", "half2_sum", "wait_for_previous_grid",
+__all__ = ["int_as_float", "half2_fma", "half2_sum", "and_or", "wait_for_previous_grid",
            "allow_next_grid", "prefetch_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
@@ -45,6 +45,10 @@ if SIMULATED:
         """``float32(low half) + float32(high half)``."""
         lo, hi = _halves(x).astype(np.float32)
         return np.float32(lo + hi)
+
+    def and_or(x, mask, bits):
+        """``(x & mask) | bits`` as one ``lop3.b32`` (uint32)."""
+        return np.uint32((int(x) & int(mask)) | int(bits))
 
     def wait_for_previous_grid():
         """No-op: the simulator runs launches one after another."""
@@ -90,6 +94,17 @@ else:
             return builder.call(asm, [context.cast(builder, v, t, types.uint32)
                                       for v, t in zip(args, signature.args)])
         return types.uint32(types.uint32, types.uint32, types.uint32), codegen
+
+    @intrinsic
+    def and_or(typingctx, x, mask, bits):
+        """``(x & mask) | bits`` as one ``lop3.b32`` (LUT 0xEA). Written as two operations, the
+        compiler emits an AND and an OR, each with its immediate (one LOP3 each)."""
+        def codegen(context, builder, signature, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32] * 3),
+                               "lop3.b32 $0, $1, $2, $3, 0xEA;", "=r,r,r,r")
+            return builder.call(asm, [context.cast(builder, v, t, types.uint32)
+                                      for v, t in zip(args, signature.args)])
+        return types.uint32(x, mask, bits), codegen
 
     @intrinsic
     def half2_sum(typingctx, x):

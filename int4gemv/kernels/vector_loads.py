@@ -3,7 +3,8 @@
 Numba has no vector types, so a kernel cannot ask for a 16-byte load of packed nibbles or
 activations. :func:`load16` is ``ld.global.nc.v4.u32`` through inline PTX: the 16 bytes that
 start at element ``index`` of any 1-D array, as a tuple of four uint32 (little-endian, the first
-element's bytes in the low bits of the first word). :func:`load8` is the 8-byte form. The
+element's bytes in the low bits of the first word). :func:`load8` is the 8-byte form and
+:func:`load4` the 4-byte one (a 1-tuple, so that code written for any width reads alike). The
 address must be aligned to the load's width; the caller (the kernel configuration) guarantees
 it. The data must not be written while the kernel runs (the ``.nc`` read-only path).
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from .intrinsics import SIMULATED
 
-__all__ = ["load16", "load8", "load16_stream"]
+__all__ = ["load16", "load8", "load4", "load16_stream"]
 
 if SIMULATED:
 
@@ -39,6 +40,10 @@ if SIMULATED:
         """:func:`load16` of data read once (the hardware form does not allocate in L1)."""
         return _words(array, index, 16)
 
+    def load4(array, index):
+        """The 4 bytes from element ``index`` of ``array`` as a 1-tuple of uint32 (4-byte aligned)."""
+        return _words(array, index, 4)
+
 else:
     from llvmlite import ir
     from numba import types
@@ -47,9 +52,10 @@ else:
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
     def _vector_load(count, cache=""):
-        width = {4: "v4", 2: "v2"}[count]
+        width = {4: ".v4", 2: ".v2", 1: ""}[count]
         regs = ", ".join(f"${i}" for i in range(count))
-        text = f"ld.global.nc{cache}.{width}.u32 {{{regs}}}, [${count}];"
+        regs = f"{{{regs}}}" if count > 1 else regs
+        text = f"ld.global.nc{cache}{width}.u32 {regs}, [${count}];"
         constraints = ",".join(["=r"] * count + ["l"])
 
         def load(typingctx, array, index):
@@ -62,10 +68,12 @@ else:
                 ary = context.make_array(aryty)(context, builder, args[0])
                 idx = context.cast(builder, args[1], idxty, types.int64)
                 address = builder.ptrtoint(builder.gep(ary.data, [idx]), _I64)
-                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * count), [_I64]),
+                returned = ir.LiteralStructType([_I32] * count) if count > 1 else _I32
+                asm = ir.InlineAsm(ir.FunctionType(returned, [_I64]),
                                    text, constraints)
                 result = builder.call(asm, [address])
-                values = [builder.extract_value(result, i) for i in range(count)]
+                values = ([builder.extract_value(result, i) for i in range(count)] if count > 1
+                          else [result])
                 return context.make_tuple(builder, ret, values)
             return ret(array, index), codegen
         return load
@@ -77,3 +85,5 @@ else:
     load16_stream = intrinsic(_vector_load(4, ".L1::no_allocate"))
     load16_stream.__doc__ = ("``ld.global.nc.L1::no_allocate.v4.u32``: :func:`load16` of data read "
                              "once, kept out of L1 (which then holds data that is reused).")
+    load4 = intrinsic(_vector_load(1))
+    load4.__doc__ = "``ld.global.nc.u32``: 4 bytes from element ``index`` as a 1-tuple (4-byte aligned)."

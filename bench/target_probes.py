@@ -1,0 +1,65 @@
+"""Probes for ``python -m bench.targets --configs``: default-tiling configurations that no
+``Tuning`` selects (columns, unroll, blocks per SM, the M = 1 pipeline), bound and launched
+directly on the run's weights, checked and timed like every row (``kind="probe"``), with the
+kernel's registers and local memory. Experiments for choosing :func:`choose_config`'s rules."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .target_rows import MIN_LAUNCHES, norm_error, result_row
+
+__all__ = ["parse_config", "probe_row"]
+
+
+def parse_config(text: str) -> dict:
+    """``"c4u1b5p"`` -> ``{"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True}``: a
+    default-tiling override timed as a ``kind="probe"`` row (``ValueError`` if malformed)."""
+    m = re.fullmatch(r"c(\d+)u(\d+)b(\d+)(p?)", text)
+    if not m:
+        raise ValueError(f"config {text!r} is not cCuUbB[p] (e.g. c4u1b5p)")
+    return {"cols": int(m[1]), "unroll": int(m[2]), "blocks_per_sm": int(m[3]), "pipeline": bool(m[4])}
+
+
+def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where):
+    """A default-tiling configuration override, bound and launched directly (not a Tuning)."""
+    from dataclasses import replace
+
+    import torch
+    from numba import cuda
+
+    from int4gemv.kernels.default import choose_config, default_kernel, geometry
+    from int4gemv.launcher import bind
+
+    label, N, K, bs, zp, dtype, nbytes, pct = where
+    M = a.shape[0]
+    row = result_row("probe", text, label, N, K, M, bs, zp, dtype, floor_us=floor, tinygemm_us=tg)
+    try:
+        config = replace(choose_config(M, N, K, bs, dtype, zp, multiprocessors=sms), **parse_config(text))
+        kernel = default_kernel(config)
+        grid, block = geometry(config, N, sms)
+        as16 = lambda t: cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16).reshape(-1)  # noqa: E731
+        bound = []
+        for w in ws:
+            d = w.device_arrays()
+            bound.append(bind(kernel, (as16(a), d["packed"], d["scales_flat"], d["zero_points_flat"],
+                                       d["no_bias"], False, as16(out), K, N), grid, block))
+        out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        bound[0].launch(0)
+        torch.cuda.synchronize()
+        err = norm_error(out.double().cpu().numpy(), ref)
+        t = timer(lambda i, h: bound[i % copies].launch(h), max(copies, MIN_LAUNCHES), args.replays)
+        first = lambda v: next(iter(v.values())) if isinstance(v, dict) else v  # noqa: E731
+        row.update(us=t.us, p10_us=t.p10_us, p90_us=t.p90_us, pct_floor=100 * floor / t.us, error=err,
+                   ok=err <= 1e-2, pct_copy=pct(nbytes, t.us),
+                   regs=first(kernel.get_regs_per_thread()), local=first(kernel.get_local_mem_per_thread()))
+        row["kernel"] = f"default {text} regs {row['regs']} local {row['local']}"
+        print(f"probe {text:9} {label:8} bs{bs:3d} zp{int(zp)} {dtype:8} {t.us:8.2f} us {row['pct_floor']:5.1f}% floor"
+              f"  err {err:.1e} regs {row['regs']} local {row['local']}", flush=True)
+    except Exception as exc:  # noqa: BLE001 - a probe is an experiment: recorded, never fatal
+        row.update(ok=None, note=repr(exc)[:300])
+        print(f"probe {text} {label} bs{bs} zp{int(zp)} {dtype}: {exc!r}"[:300], flush=True)
+    return row

@@ -1,0 +1,65 @@
+"""The inline-PTX helpers the M = 1 paths use, against numpy semantics written out here.
+
+The same kernel runs on the simulator (the stand-ins) and on a GPU (the PTX), so agreement with
+these expectations in both places is what makes a stand-in faithful."""
+
+import numpy as np
+from numba import cuda
+
+from int4gemv.kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, pair_words, zero_point_constants
+from int4gemv.kernels.intrinsics import and_or
+from int4gemv.kernels.vector_loads import load4, load8, load16
+
+LANES = 32
+
+
+@cuda.jit
+def _kernel(words, zps, raw, out):
+    i = cuda.grid(1)
+    if i < words.shape[0] // 4:
+        w0, w1, w2, w3 = words[4 * i], words[4 * i + 1], words[4 * i + 2], words[4 * i + 3]
+        out[i, 0] = and_or(w0, np.uint32(0x000F000F), np.uint32(0x64006400))
+        p = pair_words(w0, w1, w2, w3)
+        for k in range(4):
+            out[i, 1 + k] = p[k]
+        low, high = zero_point_constants(np.uint32(zps[i]))
+        d = dequant8(w1, low, high)
+        for k in range(4):
+            out[i, 5 + k] = d[k]
+        x = load16(raw, 16 * i)
+        y = load8(raw, 16 * i + 8)
+        z = load4(raw, 16 * i + 4)
+        out[i, 9], out[i, 10], out[i, 11], out[i, 12] = x
+        out[i, 13], out[i, 14] = y
+        out[i, 15] = z[0]
+
+
+def _halves(word):
+    return np.array([word], np.uint32).view(np.float16).astype(np.float64)
+
+
+def test_and_or_pairs_dequant_and_wide_loads_match_their_definitions(rng):
+    n = LANES
+    words = rng.integers(0, 2**32, 4 * n, dtype=np.uint64).astype(np.uint32)
+    zps = rng.integers(0, 16, n).astype(np.uint8)
+    zp = zps.astype(int)
+    raw = rng.integers(0, 256, 16 * n, dtype=np.uint8)
+    out = cuda.to_device(np.zeros((n, 16), np.uint32))
+    _kernel[1, LANES](cuda.to_device(words), cuda.to_device(zps), cuda.to_device(raw), out)
+    got = out.copy_to_host()
+    h = words.view(np.uint16).reshape(n, 4, 2)             # h[i, k] = the two 16-bit halves of word k
+    for i in range(n):
+        assert got[i, 0] == (words[4 * i] & 0x000F000F) | 0x64006400
+        a = [int(v) for v in h[i].reshape(-1)]             # a0 .. a7
+        expect = [a[0] | a[4] << 16, a[1] | a[5] << 16, a[2] | a[6] << 16, a[3] | a[7] << 16]
+        assert list(got[i, 1:5]) == [np.uint32(e) for e in expect]
+        w = int(words[4 * i + 1])
+        q = [(w >> (4 * e)) & 15 for e in range(8)]
+        for k in range(4):                                 # pair k = (q_k - zp, q_{k+4} - zp), exact
+            assert list(_halves(got[i, 5 + k])) == [q[k] - zp[i], q[k + 4] - zp[i]]
+        r = raw[16 * i:16 * i + 16].view(np.uint32)
+        assert list(got[i, 9:13]) == list(r) and list(got[i, 13:15]) == list(r[2:4]) and got[i, 15] == r[1]
+
+
+def test_no_zero_point_constants_are_those_of_eight():
+    assert zero_point_constants(np.uint32(8)) == (NO_ZP_LOW, NO_ZP_HIGH)

@@ -1,0 +1,102 @@
+"""``python -m bench.targets``: the simulator run writes the schema of DESIGN.md with every row
+checked, and the target table judges a timed document row by row (pure functions)."""
+
+import json
+
+import pytest
+
+from bench import targets
+from conftest import SIMULATED
+from bench.target_table import GOALS, check_targets, format_markdown, format_targets
+
+SCHEMA = ("kind", "shape", "N", "K", "M", "bs", "zp", "dtype", "us", "floor_us", "tinygemm_us", "error",
+          "variant", "pct_floor")
+
+
+@pytest.mark.skipif(not SIMULATED, reason="on a GPU the command is the bench run itself (minutes)")
+def test_the_simulator_run_writes_every_row_checked(tmp_path, capsys):
+    rc = targets.main(["--simulate", "--out", str(tmp_path), "--formats", "16+zp",
+                       "--variants", "default,single_warp,env", "--m", "1,3"])
+    assert rc == 0
+    (path,) = tmp_path.glob("targets-*.json")
+    doc = json.loads(path.read_text())
+    for key in ("device", "versions", "date", "git", "command", "copy_bandwidth_gbs"):
+        assert key in doc
+    assert doc["command"].startswith("python -m bench.targets")
+    rows = doc["rows"]
+    assert all(set(SCHEMA) <= set(r) for r in rows)
+    gemv = [r for r in rows if r["kind"] == "int4gemv"]
+    # 2 shapes x 2 dtypes x 2 M x (default, env); single-warp is ineligible at bs 16: skipped.
+    assert len(gemv) == 16 and all(r["ok"] and r["error"] < 1e-2 and r["us"] is None for r in gemv)
+    assert {r["variant"] for r in gemv} == {"default", "env"} and len(doc["skipped"]) == 8
+    assert [r["ok"] for r in rows if r["kind"] == "floor"] == [True, True]
+    assert "not checked" in capsys.readouterr().out
+
+
+def test_variants_default_to_every_registered_kernel_then_auto_and_env():
+    from int4gemv.registry import KERNELS
+
+    assert targets.variants() == list(KERNELS) + ["auto", "env"]
+    with pytest.raises(ValueError, match="unknown variants"):
+        targets.variants(["fastest"])
+
+
+@pytest.mark.parametrize("argv", [["--out", "x", "--m", "0"], ["--out", "x", "--formats", "48"],
+                                  ["--out", "x", "--shapes", "qkv"], ["--out", "x", "--replays", "3"], []])
+def test_bad_options_are_usage_errors(argv):
+    with pytest.raises(SystemExit) as exc:
+        targets.parse_args(argv)
+    assert exc.value.code == 2
+
+
+def timed_doc():
+    def row(kind, variant, shape, us, floor, dtype="float16", bs=32, zp=False, tg=None, M=1):
+        return dict(kind=kind, variant=variant, shape=shape, N=1, K=1, M=M, bs=bs, zp=zp, dtype=dtype, us=us,
+                    floor_us=floor, pct_floor=100 * floor / us, tinygemm_us=tg, error=1e-4)
+    return {"timed": True, "copy_bandwidth_gbs": 4100.0, "device": {"name": "GPU"}, "git": {"commit": "abc"},
+            "command": "python -m bench.targets", "rows": [
+                dict(row("floor", "stream", "lm_head", 40.0, 40.0), M=None, dtype=None),
+                row("int4gemv", "default", "lm_head", 44.0, 40.0, tg=100.0),           # 90.9 %: holds
+                row("int4gemv", "default", "lm_head", 44.0, 40.0, dtype="bfloat16", tg=100.0),
+                row("int4gemv", "single_warp", "lm_head", 44.0, 40.0),                 # 90.9 % < 92
+                row("int4gemv", "env", "lm_head", 46.0, 40.0),                         # slower than default
+                row("int4gemv", "default", "k/v", 4.0, 3.0, tg=4.1),                   # 1.33x floor: misses
+                row("int4gemv", "default", "down", 5.0, 4.0, tg=6.0),                 # 1.2x tinygemm < 1.3
+                dict(row("int4gemv", "default", "q/o", 1.0, 3.0, tg=9.0), ok=False)]}  # wrong: judges nothing
+
+
+def test_the_target_table_judges_each_row():
+    checks = {(t, r): ok for t, r, _, _, ok in check_targets(timed_doc())}
+    assert checks[("lm_head default % of floor", "bs32 float16")]
+    assert not checks[("lm_head single_warp % of floor", "bs32 float16")]
+    assert not checks[("env-unset / default", "lm_head bs32 float16 M=1")]
+    assert not checks[("default x floor", "k/v float16")] and checks[("default x floor", "down float16")]
+    assert checks[("tinygemm / default", "k/v float16")] and not checks[("tinygemm / default", "down float16")]
+    assert checks[("bf16 / fp16 default", "lm_head bs32")]
+    assert not any("q/o" in r for _, r in checks)
+    text = format_targets(timed_doc())
+    assert "9 of 13 target rows hold" in text and GOALS["decode_x_floor"] == 1.3
+
+
+def test_the_markdown_table_is_generated_from_the_rows():
+    md = format_markdown(timed_doc())
+    assert "| lm_head | 32 | no | 40.00 | 44.00 (91%) | 44.00 (91%) | 44.00 (91%) | 46.00 (87%) |" in md
+
+
+def test_probe_configs_parse_or_are_refused():
+    from bench.target_probes import parse_config
+
+    assert parse_config("c4u1b5p") == {"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True}
+    assert parse_config("c2u2b6") == {"cols": 2, "unroll": 2, "blocks_per_sm": 6, "pipeline": False}
+    with pytest.raises(SystemExit):
+        targets.parse_args(["--out", "x", "--configs", "c4u1"])
+
+
+@pytest.mark.skipif(not SIMULATED, reason="on a GPU the command is the bench run itself (minutes)")
+def test_the_env_row_is_skipped_not_faked_when_a_control_is_set(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "1")
+    assert targets.main(["--simulate", "--out", str(tmp_path), "--formats", "32", "--dtypes", "float16",
+                         "--variants", "default,env"]) == 0
+    doc = json.loads(next(tmp_path.glob("targets-*.json")).read_text())
+    assert {r["variant"] for r in doc["rows"] if r["kind"] == "int4gemv"} == {"default"}
+    assert "INT4GEMV_SINGLE_WARP set" in capsys.readouterr().err
