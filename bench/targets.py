@@ -138,8 +138,10 @@ def main(argv=None) -> int:
         doc = json.loads(args.table.read_text())
         print(format_markdown(doc) if args.markdown else format_targets(doc))
         return 0
-    if args.simulate or (not os.path.exists("/dev/nvidiactl") and "NUMBA_ENABLE_CUDASIM" not in os.environ):
-        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    from int4gemv.backend import gpu_present, use_simulator
+
+    if args.simulate or not gpu_present():
+        use_simulator()
     from numba import config
 
     from .environment import describe_run

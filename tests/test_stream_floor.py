@@ -13,7 +13,9 @@ from int4gemv.benchmark.stream import (CANDIDATES, StreamConfig, StreamPeer, cho
                                       size_class)
 from int4gemv.kernels.stream import WIDTHS, expected_checksum, stream_kernel, warps_in_grid
 
-from conftest import SIMULATED
+from int4gemv.device import simulated
+
+SIMULATED = simulated()
 
 
 def launch(arrays, width, unroll, threads=32, grid=2):

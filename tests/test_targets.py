@@ -6,8 +6,10 @@ import json
 import pytest
 
 from bench import targets
-from conftest import SIMULATED
 from bench.target_table import GOALS, check_targets, format_markdown, format_targets
+from int4gemv.device import simulated
+
+SIMULATED = simulated()
 
 SCHEMA = ("kind", "shape", "N", "K", "M", "bs", "zp", "dtype", "us", "floor_us", "tinygemm_us", "error",
           "variant", "pct_floor")
@@ -16,7 +18,7 @@ SCHEMA = ("kind", "shape", "N", "K", "M", "bs", "zp", "dtype", "us", "floor_us",
 @pytest.mark.skipif(not SIMULATED, reason="on a GPU the command is the bench run itself (minutes)")
 def test_the_simulator_run_writes_every_row_checked(tmp_path, capsys):
     rc = targets.main(["--simulate", "--out", str(tmp_path), "--formats", "16+zp",
-                       "--variants", "default,single_warp,env", "--m", "1,3"])
+                       "--variants", "default,single_warp,tensor_core,env", "--m", "1,3"])
     assert rc == 0
     (path,) = tmp_path.glob("targets-*.json")
     doc = json.loads(path.read_text())
@@ -26,9 +28,10 @@ def test_the_simulator_run_writes_every_row_checked(tmp_path, capsys):
     rows = doc["rows"]
     assert all(set(SCHEMA) <= set(r) for r in rows)
     gemv = [r for r in rows if r["kind"] == "int4gemv"]
-    # 2 shapes x 2 dtypes x 2 M x (default, env); single-warp is ineligible at bs 16: skipped.
-    assert len(gemv) == 16 and all(r["ok"] and r["error"] < 1e-2 and r["us"] is None for r in gemv)
-    assert {r["variant"] for r in gemv} == {"default", "env"} and len(doc["skipped"]) == 8
+    # 2 shapes x 2 dtypes x 2 M x (tensor_core, env) + default at M = 1 (at M = 3 the dispatcher
+    # runs tensor cores for it: skipped); single-warp is ineligible at bs 16: skipped.
+    assert len(gemv) == 20 and all(r["ok"] and r["error"] < 1e-2 and r["us"] is None for r in gemv)
+    assert {r["variant"] for r in gemv} == {"default", "tensor_core", "env"} and len(doc["skipped"]) == 12
     assert [r["ok"] for r in rows if r["kind"] == "floor"] == [True, True]
     assert "not checked" in capsys.readouterr().out
 
