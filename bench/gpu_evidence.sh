@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU evidence, most important first, each stage bounded so that a
+# short lease still returns the earlier stages (everything is written under $OUT as it goes):
+#   1. the whole test suite on the GPU (every GPU test, the lifecycle race loop and the timed
+#      stress on the real driver, the notebook from notebooks/);
+#   2. bench.eager_latency (host cost per call form, prepare() and tinygemm in the same run);
+#   3. bench.targets at M = 1 (quick formats; floors and tinygemm in the same run);
+#   4. bench.targets, tensor cores at M = 2, 8, 16 on gate/up, down, lm_head.
+# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/gpu_evidence.sh
+set -uo pipefail
+out=${OUT:?set OUT to the folder for logs and results}
+export PYTHONUNBUFFERED=1 LIFECYCLE_REQUIRE_GPU=1 LIFECYCLE_RACE_LOOPS=${LIFECYCLE_RACE_LOOPS:-50} \
+       LIFECYCLE_STRESS_SECONDS=${LIFECYCLE_STRESS_SECONDS:-12}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)))")
+
+timeout "${TESTS_S:-250}" python3 -m pytest -v -rs --durations=25 -p no:cacheprovider -n "$workers" \
+    --dist loadgroup tests > "$out/pytest-gpu-h200.log" 2>&1
+echo "pytest exit $?"; grep -v PASSED "$out/pytest-gpu-h200.log" | tail -25
+
+timeout "${EAGER_S:-50}" python3 -m bench.eager_latency --out "$out" > "$out/eager.log" 2>&1
+echo "eager exit $?"; tail -14 "$out/eager.log"
+
+timeout "${M1_S:-120}" python3 -m bench.targets --out "$out" --quick --m 1 \
+    --variants default,single_warp,auto,env > "$out/targets-m1.log" 2>&1
+echo "targets M=1 exit $?"; tail -22 "$out/targets-m1.log"
+
+timeout "${BATCH_S:-100}" python3 -m bench.targets --out "$out" --quick --m 2,8,16 \
+    --shapes gate/up,down,lm_head --formats 32 --variants tensor_core > "$out/targets-batch.log" 2>&1
+echo "targets batch exit $?"; tail -16 "$out/targets-batch.log"
