@@ -61,5 +61,13 @@ def test_and_or_pairs_dequant_and_wide_loads_match_their_definitions(rng):
         assert list(got[i, 9:13]) == list(r) and list(got[i, 13:15]) == list(r[2:4]) and got[i, 15] == r[1]
 
 
+@cuda.jit
+def _constants_of(zp, out):
+    out[0], out[1] = zero_point_constants(np.uint32(zp))
+
+
 def test_no_zero_point_constants_are_those_of_eight():
-    assert zero_point_constants(np.uint32(8)) == (NO_ZP_LOW, NO_ZP_HIGH)
+    # Through a kernel: on a GPU a device function cannot be called from the host.
+    out = cuda.to_device(np.zeros(2, np.uint32))
+    _constants_of[1, 1](8, out)
+    assert tuple(out.copy_to_host()) == (NO_ZP_LOW, NO_ZP_HIGH)
