@@ -182,13 +182,31 @@ def _verdicts(rows):
     return lines
 
 
+def markdown(doc) -> str:
+    """The README's table of a saved run: µs per call form and array kind, over ``prepare()``,
+    tinygemm in the same run, and the issue-22 verdicts."""
+    lines = ["| call | arrays | µs | over `prepare()` | tinygemm µs |", "|---|---|---:|---:|---:|"]
+    for r in doc["rows"]:
+        tiny = "" if r["tinygemm_us"] is None else f"{r['tinygemm_us']:.2f}"
+        lines.append(f"| `{r['call']}` | {r['arrays']} | {r['us']:.2f} | {r['over_prepare_us']:+.2f} | {tiny} |")
+    git = doc.get("git", {}).get("commit", "?")
+    lines += ["", f"{doc['device'].get('name', '?')}, commit {str(git)[:10]}, `{doc['command']}`; "
+              + "; ".join(_verdicts(doc["rows"]))]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--table", metavar="JSON", help="print a saved run's README table; run nothing")
     p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for eager_latency.json")
     p.add_argument("--calls", type=int, default=500)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--shape", default=f"{N}x{K}", help="NxK (a smoke run on the simulator: 8x64)")
     args = p.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(markdown(json.load(f)))
+        return
     n, k = (int(v) for v in args.shape.split("x"))
     from numba import config
 
