@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from bench.graph_timer import time_in_torch_graph
+
 ROTATE_BYTES = 400 << 20
 SHAPES = {"k/v": (1024, 2048), "q/o": (2048, 2048), "gate/up": (6144, 2048),
           "down": (2048, 6144), "lm_head": (151936, 2048)}
@@ -105,7 +107,7 @@ def main(argv=None):
     import torch
     from numba import cuda
 
-    from int4gemv.benchmark.timing import copy_bandwidth, measure_replays
+    from int4gemv.benchmark.timing import copy_bandwidth
     from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
     from int4gemv.launcher import bind
 
@@ -122,23 +124,8 @@ def main(argv=None):
         return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
 
     def time_issue(issue, copies):
-        """``launches`` calls of ``issue(i, handle)`` captured in one torch CUDA graph (after two
-        eager calls), replayed; per-launch median."""
-        launches = max(20, 2 * copies)
-        handle = stream.cuda_stream
-        with torch.cuda.stream(stream):
-            for i in range(2):
-                issue(i, handle)
-        stream.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with cuda.defer_cleanup(), torch.cuda.graph(graph, stream=stream):
-            for i in range(launches):
-                issue(i, handle)
-
-        def replay():
-            with torch.cuda.stream(stream):
-                graph.replay()
-        return measure_replays(replay, stream, launches=launches, replays=20)
+        """``issue`` timed in a graph of ``max(20, 2 * copies)`` launches, 20 replays."""
+        return time_in_torch_graph(issue, stream, max(20, 2 * copies), replays=20)
 
     def run_default(name, N, K, M=1, bs=32, zp=False, dtype="float16", **override):
         if time.time() - t0 > args.budget:

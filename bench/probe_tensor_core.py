@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from bench.graph_timer import time_in_torch_graph
+
 from bench.probe_default import ROTATE_BYTES, first, reference, torch_weights
 
 SHAPES = {"k/v": (1024, 2048), "q/o": (2048, 2048), "gate/up": (6144, 2048),
@@ -124,7 +126,7 @@ def main(argv=None):
     import torch
     from numba import cuda
 
-    from int4gemv.benchmark.timing import copy_bandwidth, measure_replays
+    from int4gemv.benchmark.timing import copy_bandwidth
     from int4gemv.kernels.tensor_core import tensor_core_kernel
     from int4gemv.kernels.tensor_core_config import TensorCoreConfig, choose_config, geometry
     from int4gemv.kernels.vector_loads import load16
@@ -142,21 +144,8 @@ def main(argv=None):
         return cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16)
 
     def time_issue(issue, copies):
-        launches = max(20, 2 * copies)
-        handle = stream.cuda_stream
-        with torch.cuda.stream(stream):
-            for i in range(2):
-                issue(i, handle)
-        stream.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with cuda.defer_cleanup(), torch.cuda.graph(graph, stream=stream):
-            for i in range(launches):
-                issue(i, handle)
-
-        def replay():
-            with torch.cuda.stream(stream):
-                graph.replay()
-        return measure_replays(replay, stream, launches=launches, replays=20)
+        """``issue`` timed in a graph of ``max(20, 2 * copies)`` launches, 20 replays."""
+        return time_in_torch_graph(issue, stream, max(20, 2 * copies), replays=20)
 
     @cuda.jit
     def stream_read(src, sink):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .graph_timer import time_in_torch_graph
 from .target_probes import probe_row
 from .target_rows import MIN_LAUNCHES, norm_error, result_row
 
@@ -95,7 +96,7 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
     import int4gemv as ig
     from int4gemv.benchmark.peers import PEERS
     from int4gemv.benchmark.stream import StreamPeer, choose, sweeps
-    from int4gemv.benchmark.timing import copy_bandwidth, measure_replays
+    from int4gemv.benchmark.timing import copy_bandwidth
     from int4gemv.benchmark.weights import rotation_copies
 
     dev = cuda.get_current_device()
@@ -107,24 +108,7 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
     rows, skipped, tiny = [], [], {}
 
     def timer(issue, launches, replays):
-        """``issue(i, stream handle)`` for ``i < launches`` in one torch CUDA graph, replayed."""
-        handle = stream.cuda_stream
-        with torch.cuda.stream(stream):
-            for i in range(min(2, launches)):
-                issue(i, handle)
-        stream.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with cuda.defer_cleanup(), torch.cuda.graph(graph, stream=stream):
-            for i in range(launches):
-                issue(i, handle)
-
-        def replay():
-            with torch.cuda.stream(stream):
-                graph.replay()
-        try:
-            return measure_replays(replay, stream, launches=launches, replays=replays)
-        finally:
-            del graph
+        return time_in_torch_graph(issue, stream, launches, replays)
 
     def pct(nbytes, us):
         return 100 * nbytes / (us * 1e-6) / bw

@@ -13,6 +13,7 @@ Modules (one concept each; importing any of them touches no GPU):
 * :mod:`~int4gemv.benchmark.timing`      event-timed graph replays, eager calls, copy bandwidth
 * :mod:`~int4gemv.benchmark.weights`     random weights, L2 rotation, byte counts, reference
 * :mod:`~int4gemv.benchmark.gemv_timing` :class:`GemvBench`, :func:`time_gemv`
+* :mod:`~int4gemv.benchmark.timing_row`  :class:`GemvTiming`: one measured row
 * :mod:`~int4gemv.benchmark.comparison`  :func:`compare`
 * :mod:`~int4gemv.benchmark.table`       :class:`Comparison`: the printable table and its chart
 * :mod:`~int4gemv.benchmark.peers`       torch tinygemm, torch.mv, dequant+mv, gemlite (``int4gemv[peers]``)
@@ -33,7 +34,7 @@ __all__ = [
 
 _HOME = {
     "Comparison": "table", "compare": "comparison",
-    "GemvBench": "gemv_timing", "GemvTiming": "gemv_timing", "time_gemv": "gemv_timing",
+    "GemvBench": "gemv_timing", "GemvTiming": "timing_row", "time_gemv": "gemv_timing",
     "PEERS": "peers",
     "Timing": "timing", "EagerTiming": "timing", "copy_bandwidth": "timing",
     "measure_replays": "timing", "time_eager": "timing",

@@ -1,4 +1,4 @@
-"""A table of :class:`~int4gemv.benchmark.gemv_timing.GemvTiming` rows: text, dicts and a chart.
+"""A table of :class:`~int4gemv.benchmark.timing_row.GemvTiming` rows: text, dicts and a chart.
 
 :class:`Comparison` is what :func:`~int4gemv.benchmark.compare` (and ``time_gemv(..., peers=...)``)
 return: it prints as a table, gives its rows as dicts (for pandas: ``DataFrame(c.as_dicts())``) and
