@@ -60,10 +60,11 @@ def gemv(a, w, *, bias=None, out=None, stream=None, tuning=None, variant=None, p
             place. Required for bf16 device calls.
         stream: device path only; see :func:`~int4gemv.device.stream_handle`.
         tuning: ``None`` (resolve from the keywords and the environment), a
-            :class:`~int4gemv.Tuning` or a variant string ``"default"``/``"single_warp"``/``"auto"``.
+            :class:`~int4gemv.Tuning` or a variant string ``"default"``/``"single_warp"``/``"auto"``/
+            ``"tensor_core"``.
         variant, pdl, prefetch: shorthands for those tuning fields when ``tuning`` is ``None``
             (``variant`` still lets the environment set ``cols``/``unroll``). ``pdl`` (device
-            path, compute capability 9.0+) launches the single-warp kernel as a programmatic
+            path, compute capability 9.0+) launches the single-warp or default kernel as a programmatic
             dependent launch: it may start while the previous kernel on ``stream`` runs and waits
             for it before reading ``a``/``bias`` or writing ``out``, so the weights must not be
             written by a kernel that may still be running. ``prefetch`` (with ``pdl``) also

@@ -23,7 +23,7 @@ from importlib import resources
 
 from .tuning import COLS_VALUES, UNROLL_VALUES
 
-__all__ = ["Entry", "parse_table", "load_autotune_table", "lookup", "SCHEMAS"]
+__all__ = ["Entry", "parse_table", "load_autotune_table", "lookup", "SCHEMAS", "VARIANTS"]
 
 SCHEMAS = (1, 2)
 _SCHEMA1_DEFAULTS = {"M": 1, "block_size": 32, "zero_points": False, "dtype": "float16"}

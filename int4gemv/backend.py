@@ -20,7 +20,7 @@ import os
 import sys
 
 __all__ = ["ASSUMED_DEVICE", "NoGPUError", "SimulatorSwitchError", "gpu_present", "no_gpu_reason",
-           "require_gpu", "use_simulator", "simulator_selected"]
+           "require_gpu", "use_simulator", "simulator_selected", "WAYS_OUT"]
 
 #: ``(name, multiprocessors, compute capability)`` a plan assumes when no GPU is usable: the
 #: GPU the project's autotune table and results were measured on.

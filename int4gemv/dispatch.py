@@ -14,8 +14,9 @@ the registered descriptors (:mod:`.registry`); ``Tuning.variant`` names one of t
   specialization runs. Where it is ineligible (M >= 2, bf16, ...) a measured entry for the
   problem's M, block size, zero points and dtype still chooses, else the default above. Fields given in the tuning win over the table's.
 
-Fields the tuning leaves ``None`` are the kernel's choice. If no kernel is eligible (bfloat16
-until the new default tiling lands) the call is refused with a ``ValueError`` saying why.
+Fields the tuning leaves ``None`` are the kernel's choice. The default tiling (M = 1) and the
+tensor-core kernel (M >= 2) accept every valid problem; should the chosen one refuse, the call is
+refused with a ``ValueError`` saying why.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The registry of kernels the dispatcher chooses from: ``name -> KernelDescriptor``.
 
 To add a kernel: write its descriptor module under :mod:`int4gemv.descriptors` and register it
-below. ``FALLBACK`` is the kernel that serves what a requested specialization cannot.
+below. ``FALLBACK`` is the variant that means "no specialization requested": the dispatcher
+(``dispatch``) serves it with the default tiling at M = 1 and the tensor-core kernel at M >= 2.
 """
 
 from __future__ import annotations

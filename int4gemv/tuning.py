@@ -62,12 +62,13 @@ class Tuning:
         ``"single_warp"`` (the single-warp specialization where eligible, else the default),
         ``"auto"`` (the measured autotune table's choice per shape) or ``"tensor_core"`` (the
         ``mma.sync`` kernel, every problem).
-    cols: columns per warp step, one of :data:`COLS_VALUES`, or ``None`` (the table's or the
-        kernel's choice). unroll: K-loop unroll of the single-warp kernel, one of
-        :data:`UNROLL_VALUES`, or ``None``. activations: the single-warp activation mode,
+    cols: columns per lane step (default tiling) or per warp step (single-warp kernel), one of
+        :data:`COLS_VALUES`, or ``None`` (the table's or the kernel's choice). unroll: loads per
+        step of each kernel (see its descriptor), one of :data:`UNROLL_VALUES`, or ``None``. activations: the single-warp activation mode,
         ``"registers"`` (needs ``K <= 512 * unroll``) or ``"streaming"``, or ``None``.
     pdl: programmatic dependent launch (device arrays, compute capability 9.0+; the single-warp
-        kernel waits for the previous kernel before reading ``a``; the default tiling ignores it).
+        kernel and the default tiling wait for the previous kernel before reading ``a``; the
+        tensor-core kernel does not use it).
     prefetch: with ``pdl`` only: L2 prefetch of the weights before that wait.
     """
 

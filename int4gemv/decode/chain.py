@@ -52,7 +52,7 @@ PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
 def launch_options(tuning: str) -> dict:
     """The keywords of :func:`int4gemv.prepare` a chain tuning stands for: the one place a chain
     chooses its kernels. ``"auto+pdl"`` → ``{"variant": "auto", "pdl": True, "prefetch":
-    False}``. (The default tiling ignores ``pdl``.)"""
+    False}``. (The tensor-core kernel ignores ``pdl``; the chain runs M = 1.)"""
     if tuning not in TUNINGS:
         raise ValueError(f"tuning must be one of {TUNINGS}; got {tuning!r}")
     variant, *flags = tuning.split("+")

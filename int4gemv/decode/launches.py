@@ -4,7 +4,7 @@
 persistent chain's kernels). :class:`GemvLaunch` is one GEMV; it goes the pipeline's way (``validate → plan → descriptor.bind → bind``, the
 same functions :func:`int4gemv.prepare` calls) and adds what only a chain needs:
 
-* ``max_blocks`` caps the grid. Both tilings are persistent (a warp takes column groups
+* ``max_blocks`` caps the grid. The default and single-warp tilings are persistent (a warp takes column groups
   ``w, w + warps in the grid, ...``), so any grid of at least one block computes every column; a
   smaller grid leaves SM slots for the next kernel's first blocks, which issue their weight loads
   before ``griddepcontrol.wait``.

@@ -72,7 +72,7 @@ class ChainStep:
 class CapturedChain:
     """A chain captured in an owned graph: ``replay(x)``, ``logits()``, ``release()``."""
 
-    def __init__(self, chain: DecodeChain, provider, graph_id: int):
+    def __init__(self, chain: ChainStep, provider, graph_id: int):
         self.chain, self.provider, self.graph_id = chain, provider, graph_id
 
     def replay(self, x=None) -> None:

@@ -4,8 +4,9 @@ Eligibility: every supported problem — float16 or bfloat16, block sizes 16/32/
 points, bias, any N, K a multiple of 8, batch M 1..16 in one launch that reads the weight once.
 Configuration: :func:`~int4gemv.kernels.default.choose_config` fills what the
 :class:`~int4gemv.tuning.Tuning` leaves open; ``Tuning.cols`` (columns per lane per step: 1, 2,
-4 or 8) and ``Tuning.unroll`` (chunks per lane per step: 1, 2 or 4) are honoured; ``pdl``,
-``prefetch`` and ``activations`` are single-warp fields the default tiling does not use.
+4 or 8) and ``Tuning.unroll`` (chunks per lane per step: 1, 2 or 4) are honoured, and ``pdl``
+(a programmatic dependent launch); ``prefetch`` and ``activations`` are single-warp fields the
+default tiling does not use.
 Activations are read 16 bytes at a time when their address is 16-byte aligned, else 2 bytes.
 """
 

@@ -18,7 +18,7 @@ from ..descriptor import KernelDescriptor, Launch
 from ..kernels import tensor_core_config as tc
 from ..kernels.tensor_core import tensor_core_kernel
 
-__all__ = ["DESCRIPTOR", "eligibility", "MIN_M", "NAME"]
+__all__ = ["DESCRIPTOR", "eligibility", "MIN_M", "NAME", "why_chosen"]
 
 NAME = "tensor_core"
 #: The smallest batch the dispatcher gives this kernel without a measurement: from 2 rows on
