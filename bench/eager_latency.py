@@ -198,7 +198,8 @@ def markdown(doc) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--table", metavar="JSON", help="print a saved run's README table; run nothing")
-    p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for eager_latency.json")
+    p.add_argument("--out", default="bench/runs", help="folder for eager_latency.json (default: the "
+                   "git-ignored bench/runs; committed results: --out bench/results)")
     p.add_argument("--calls", type=int, default=500)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--shape", default=f"{N}x{K}", help="NxK (a smoke run on the simulator: 8x64)")
@@ -217,6 +218,7 @@ def main(argv=None):
                calls=args.calls, rounds=args.rounds, rows=result["rows"], paths=result["paths"],
                samples=result["samples"])
     doc["command"] = doc["command"].replace("python -m bench", "python -m bench.eager_latency")
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "eager_latency.json"), "w") as f:
         json.dump(doc, f, indent=1)
     print(result["profile"])

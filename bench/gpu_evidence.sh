@@ -9,6 +9,7 @@
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/gpu_evidence.sh
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
+mkdir -p "$out"
 export PYTHONUNBUFFERED=1 LIFECYCLE_REQUIRE_GPU=1 LIFECYCLE_RACE_LOOPS=${LIFECYCLE_RACE_LOOPS:-50} \
        LIFECYCLE_STRESS_SECONDS=${LIFECYCLE_STRESS_SECONDS:-12}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader

@@ -277,7 +277,7 @@ class GraphProvider:
             return False
         try:
             self.close()
-        except Exception as cleanup:
+        except BaseException as cleanup:  # the user's exception stays the one raised
             attach_cleanup_errors(exc, [cleanup])
         return False
 

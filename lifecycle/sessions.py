@@ -113,9 +113,9 @@ def begin(reg: Registry, graph_id: int, stream, step, guard_factory) -> Capture:
 def _open(reg: Registry, graph_id: int, handle: int, step, guard_factory, claimed: str) -> Capture:
     """Under the lock, with ``handle`` claimed: begin the capture (or the eager run)."""
     prev = reg.ctx.enter()
-    guard = guard_factory()
-    entered = False
+    guard, entered = None, False
     try:
+        guard = guard_factory()  # inside the try: a failing guard still restores the context
         reg.check_stream(handle, f"capture graph {graph_id}")
         guard.__enter__()
         entered = True

@@ -73,3 +73,51 @@ def test_only_device_arrays_may_be_launched_inside_a_capture():
     check_device_args((DeviceArray(), 3, 2.5, np.float32(1)))
     with pytest.raises(TypeError, match="argument 1 is a host numpy array"):
         check_device_args((DeviceArray(), np.ones(4)))
+
+
+class GuardFailed(Exception):
+    pass
+
+
+def test_a_capture_guard_that_fails_to_start_leaves_the_callers_context_and_the_stream(backend):
+    s = backend.stream()
+    drv = backend.instrumented()
+
+    def failing_guard():
+        raise GuardFailed
+
+    with backend.provider(drv, capture_guard=failing_guard) as p:
+        before = backend.base.ctx_get_current()
+        backend.base.ctx_set_current(0)  # the caller has no current context
+        try:
+            with pytest.raises(GuardFailed):
+                with p.capture(7, stream=s):
+                    pass
+            assert backend.base.ctx_get_current() == 0, "the provider's context was left current"
+        finally:
+            backend.base.ctx_set_current(before)
+        assert 7 not in p.graph_ids()
+    with backend.provider(drv) as q:  # the stream's claim was released: it captures at once
+        with q.capture(7, stream=s) as cap:
+            cap.stage(np.ones(4, np.float32))
+    backend.assert_clean(drv)
+
+
+class Interrupted(BaseException):
+    """Like ``KeyboardInterrupt``, without stopping pytest when it escapes."""
+
+
+def test_leaving_the_with_block_keeps_the_users_error_over_any_close_error(backend, monkeypatch):
+    """Even a ``BaseException`` from ``close()`` (an interrupt while it waits) is attached to the
+    user's exception, not raised in its place."""
+    with pytest.raises(Boom) as caught:
+        with backend.provider() as p:
+            real_close = p.close
+
+            def interrupted_close():
+                real_close()
+                raise Interrupted
+
+            monkeypatch.setattr(p, "close", interrupted_close)
+            raise Boom
+    assert [type(e) for e in caught.value.cleanup_errors] == [Interrupted]
