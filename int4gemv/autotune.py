@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from importlib import resources
 
 from .tuning import COLS_VALUES, UNROLL_VALUES
+from .tuning import VARIANTS as TUNING_VARIANTS
 
 __all__ = ["Entry", "parse_table", "load_autotune_table", "lookup", "SCHEMAS", "VARIANTS"]
 
 SCHEMAS = (1, 2)
 _SCHEMA1_DEFAULTS = {"M": 1, "block_size": 32, "zero_points": False, "dtype": "float16"}
 #: Kernels an entry may name (the registered kernels; ``auto`` is not a kernel).
-VARIANTS = ("default", "single_warp", "tensor_core")
+VARIANTS = tuple(v for v in TUNING_VARIANTS if v != "auto")
 _KEYS = ("N", "K", "M", "block_size", "zero_points", "dtype", "variant", "cols", "unroll", "note")
 
 

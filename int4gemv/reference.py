@@ -6,7 +6,7 @@ import numpy as np
 
 from .weights import QuantizedWeight
 
-__all__ = ["reference_gemv"]
+__all__ = ["reference_gemv", "relative_error"]
 
 
 def reference_gemv(a, w: QuantizedWeight, bias=None) -> np.ndarray:
@@ -34,3 +34,13 @@ def _host(x) -> np.ndarray:
     if hasattr(x, "get"):  # cupy
         return x.get().astype(np.float64)
     return np.asarray(x, dtype=np.float64)
+
+
+def relative_error(y, ref) -> float:
+    """Norm-wise ``‖y − ref‖₂ / ‖ref‖₂`` in float64; ``inf`` when ``y`` has a non-finite entry (an
+    unwritten, NaN-poisoned output); an all-zero ``ref`` divides by the smallest normal float64."""
+    y = np.asarray(y, np.float64)
+    ref = np.asarray(ref, np.float64)
+    if not np.all(np.isfinite(y)):
+        return float("inf")
+    return float(np.linalg.norm(y - ref) / max(np.linalg.norm(ref), np.finfo(np.float64).tiny))

@@ -12,9 +12,9 @@ writes ``os.environ``.
 
 from __future__ import annotations
 
-__all__ = ["LAUNCH_SUFFIXES", "VARIANTS", "check_tunings", "gemv_options", "tuning_fields", "tuning_label"]
+from ..tuning import VARIANTS  # the one list of variant names
 
-VARIANTS = ("default", "single_warp", "auto", "tensor_core")
+__all__ = ["LAUNCH_SUFFIXES", "VARIANTS", "check_tunings", "gemv_options", "tuning_fields", "tuning_label"]
 
 #: Suffixes of a variant string and the launch options they stand for.
 LAUNCH_SUFFIXES = {"+pdl": {"pdl": True}, "+pdl+l2": {"pdl": True, "prefetch": True}}

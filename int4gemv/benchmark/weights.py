@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..reference import relative_error  # re-exported: the benchmark's error measure
+
 __all__ = [
     "REL_ERR_OK",
     "ROTATE_BYTES",
@@ -77,15 +79,6 @@ def rotated_copies(w, rotate_bytes: int = ROTATE_BYTES, *, copies: int | None = 
         out.append(int4gemv.QuantizedWeight(w.packed, w.scales, w.zero_points, K=w.K, N=w.N,
                                             block_size=w.block_size).to_device())
     return out
-
-
-def relative_error(y, ref) -> float:
-    """``‖y − ref‖ / ‖ref‖`` in float64 (``inf`` when ``y`` has non-finite entries)."""
-    y = np.asarray(y, np.float64)
-    ref = np.asarray(ref, np.float64)
-    if not np.all(np.isfinite(y)):
-        return float("inf")
-    return float(np.linalg.norm(y - ref) / max(np.linalg.norm(ref), np.finfo(np.float64).tiny))
 
 
 def reference(a, w, bias=None) -> np.ndarray:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..reference import relative_error  # re-exported: the chain's error measure
 from ..weights import QuantizedWeight
 
 __all__ = ["ChainShape", "LayerWeights", "check_chain", "concat_weights", "random_chain", "exact_gemv",
@@ -224,14 +225,6 @@ def reference_logits(layers, lm_head, x, *, store=None) -> np.ndarray:
         m = keep(g / (1.0 + np.exp(-g)) * u)
         x = keep(exact_gemv(m, layer.down, h))
     return keep(exact_gemv(x, lm_head))
-
-
-def relative_error(y, ref) -> float:
-    """Norm-wise relative error ``‖y − ref‖₂ / ‖ref‖₂`` (float64; NaN anywhere gives inf)."""
-    y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
-    if not np.all(np.isfinite(y)):
-        return math.inf
-    return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
 
 
 def tolerance(layers: int) -> float:

@@ -142,6 +142,7 @@ def test_stream_being_captured_makes_other_threads_wait_and_refuses_its_own_thre
         p.end_capture(cap)
         for t in threads:
             t.join(20)
+        assert not any(t.is_alive() for t in threads), "a waiting thread never returned"
         assert len(errors) <= 1 and all(isinstance(e, GraphStateError) for e in errors)  # replay after release
         assert p.graph_ids() == (8,)
     backend.assert_clean()

@@ -216,8 +216,11 @@ class _Stress:
             t.join(seconds + 300)
         assert not any(t.is_alive() for t in threads), "a worker hung"
         elapsed = time.monotonic() - t0
-        for p in self.providers.values():
-            p.close()
+        for name, p in self.providers.items():  # every one, whatever another's close raised
+            try:
+                p.close()
+            except Exception as exc:
+                self.errors.append(f"closing provider {name}: {exc!r}")
         for tid, graphs in enumerate(self.graphs_of_threads):  # closing waited for every run: check all
             for (name, gid), graph in graphs.items():
                 self.compare(graph, f"thread {tid} {name} graph {gid} at the end")
@@ -233,8 +236,7 @@ def test_stress_of_valid_overlapping_work_on_many_threads(backend):
     print(f"stress: {THREADS} threads for {elapsed:.1f} s: {total} operations succeeded, {failed} failed "
           f"on purpose {stress.expected_failures}; by kind {stress.done}; {stress.overlaps} began while "
           "another thread released or closed")
-    assert stress.errors == [], stress.errors[:5]
-    assert elapsed >= SECONDS[backend.kind]
+    assert stress.errors == [], "\n".join(stress.errors)
     assert failed <= 0.1 * total, "most operations must be valid and succeed"
     for op, n in stress.done.items():
         assert n > 0, f"{op} never succeeded: {stress.done}"

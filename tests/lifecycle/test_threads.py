@@ -147,7 +147,7 @@ def test_capture_is_thread_local(backend):
             t = threading.Thread(target=other)
             t.start()
             t.join(WAIT)
-            assert errors == []
+            assert not t.is_alive() and errors == []
         p.replay(7)
         p.synchronize(7)
         np.testing.assert_array_equal(backend.read(dst), np.full(8, 7.0))
