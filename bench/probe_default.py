@@ -44,6 +44,24 @@ def torch_weights(torch, N, K, bs, zp, dtype, gen):
     return packed, scales, zps
 
 
+def tinygemm_issue(torch, N, K, M, gen):
+    """``(issue, copies, nbytes)``: tinygemm (bf16, group 32) on random int4-packed weights rotated
+    over :data:`ROTATE_BYTES`; ``issue(i, handle)`` runs copy ``i`` on the current torch stream."""
+    nbytes = N * K // 2 + (K // 32) * N * 4
+    copies = max(1, -(-ROTATE_BYTES // nbytes))
+    ws = []
+    for _ in range(copies):
+        q = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda", generator=gen)
+        ws.append((torch._convert_weight_to_int4pack(q, 8),
+                   (torch.rand((K // 32, N, 2), device="cuda", generator=gen) * 0.01).to(torch.bfloat16)))
+    x = torch.randn((M, K), device="cuda", generator=gen).to(torch.bfloat16)
+
+    def issue(i, h):
+        p, sz = ws[i % copies]
+        torch._weight_int4pack_mm(x, p, 32, sz)
+    return issue, copies, nbytes
+
+
 def reference(torch, a, packed, scales, zps, N, K, bs, zp):
     nb = -(-K // bs)
     p = packed.view(N, nb * bs // 2)
@@ -178,24 +196,12 @@ def main(argv=None):
         return row
 
     def run_tinygemm(name, N, K, M=1):
-        nbytes = N * K // 2 + (K // 32) * N * 4
-        copies = max(1, -(-ROTATE_BYTES // nbytes))
-        ws = []
-        for _ in range(copies):
-            q = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda", generator=gen)
-            ws.append((torch._convert_weight_to_int4pack(q, 8),
-                       (torch.rand((K // 32, N, 2), device="cuda", generator=gen) * 0.01)
-                       .to(torch.bfloat16)))
-        x = torch.randn((M, K), device="cuda", generator=gen).to(torch.bfloat16)
-
-        def issue(i, h):
-            p, sz = ws[i % copies]
-            torch._weight_int4pack_mm(x, p, 32, sz)
+        issue, copies, nbytes = tinygemm_issue(torch, N, K, M, gen)
         t = time_issue(issue, copies)
         rows.append(dict(kind="tinygemm", shape=name, N=N, K=K, M=M, us=t.us,
                          pct_copy=100 * (nbytes + M * K * 2 + M * N * 2) / (t.us * 1e-6) / bw))
         print(f"tinygemm {name:8s} M={M:2d} {t.us:8.2f} us", flush=True)
-        del ws
+        del issue
         torch.cuda.empty_cache()
 
     def run_single_warp(name, N, K):

@@ -23,7 +23,7 @@ import numpy as np
 
 from bench.graph_timer import time_in_torch_graph
 
-from bench.probe_default import ROTATE_BYTES, first, reference, torch_weights
+from bench.probe_default import ROTATE_BYTES, first, reference, tinygemm_issue, torch_weights
 
 SHAPES = {"k/v": (1024, 2048), "q/o": (2048, 2048), "gate/up": (6144, 2048),
           "gate_up": (12288, 2048), "down": (2048, 6144), "lm_head": (151936, 2048)}
@@ -180,21 +180,9 @@ def main(argv=None):
 
     def tinygemm_us(N, K, M):
         if (N, K, M) not in tinygemm:
-            nbytes = N * K // 2 + (K // 32) * N * 4
-            copies = max(1, -(-ROTATE_BYTES // nbytes))
-            ws = []
-            for _ in range(copies):
-                q = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda", generator=gen)
-                ws.append((torch._convert_weight_to_int4pack(q, 8),
-                           (torch.rand((K // 32, N, 2), device="cuda", generator=gen) * 0.01)
-                           .to(torch.bfloat16)))
-            x = torch.randn((M, K), device="cuda", generator=gen).to(torch.bfloat16)
-
-            def issue(i, h):
-                p, sz = ws[i % copies]
-                torch._weight_int4pack_mm(x, p, 32, sz)
+            issue, copies, _ = tinygemm_issue(torch, N, K, M, gen)
             tinygemm[(N, K, M)] = time_issue(issue, copies).us
-            del ws
+            del issue
             torch.cuda.empty_cache()
         return tinygemm[(N, K, M)]
 
