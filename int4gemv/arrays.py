@@ -24,7 +24,7 @@ import numpy as np
 
 from .device import current_device_id, simulated
 
-__all__ = ["ArrayInfo", "describe", "check_array", "device_view", "array_key", "dtype_name", "numpy_dtype",
+__all__ = ["ArrayInfo", "describe", "check_array", "device_view", "array_key", "key_reader", "KEY_READERS", "dtype_name", "numpy_dtype",
            "storage_dtype", "DTYPES", "BFLOAT16"]
 
 DTYPES = ("float16", "bfloat16")
@@ -196,19 +196,26 @@ def array_key(x):
     (a torch tensor can be resized or re-pointed in place: ``resize_``, ``set_``,
     ``as_strided_``), except for Numba device arrays, which never change (see :func:`_numba_key`).
 
-    How a class is read is decided once per class (:data:`_KEYERS`): a Numba device array
+    How a class is read is decided once per class (:data:`KEY_READERS`, :func:`key_reader`): a Numba device array
     through its attributes and its memory pointer's integer address, a torch tensor through
     ``data_ptr()``/``shape``/``stride()``/``dtype``/``is_cuda`` (no ``__cuda_array_interface__``
     dict: building one costs microseconds), anything else through its
     ``__cuda_array_interface__``. A read that fails gives ``None`` (the call then takes the full
     pipeline, which names the problem)."""
-    keyer = _KEYERS.get(x.__class__)
-    if keyer is None:
-        keyer = _KEYERS[x.__class__] = _keyer_for(x)
     try:
-        return keyer(x)
+        return key_reader(x)(x)
     except Exception:
         return None
+
+
+def key_reader(x):
+    """The function that reads the array key (see :func:`array_key`) of objects of ``x``'s class,
+    decided once per class and kept in :data:`KEY_READERS`. It may raise on an object it cannot
+    read (:func:`array_key` turns that into ``None``)."""
+    reader = KEY_READERS.get(x.__class__)
+    if reader is None:
+        reader = KEY_READERS[x.__class__] = _keyer_for(x)
+    return reader
 
 
 def _numba_key(x):
@@ -265,5 +272,6 @@ def _keyer_for(x):
     return _interface_key
 
 
-_KEYERS = {}  # class -> its key reader (see array_key)
+#: Class -> its key reader (see :func:`array_key`); the eager hot path reads it directly.
+KEY_READERS = {}
 _NUMBA_KEYS = {}  # id(Numba device array) -> (weakref to it, its key), while it lives

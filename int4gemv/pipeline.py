@@ -11,7 +11,7 @@ the benchmarks all go through these functions:
 * :func:`bind` asks the planned kernel's descriptor for its launch (:mod:`.descriptor`) and binds
   it once (:mod:`.launcher`): a :class:`~.launcher.BoundLaunch` whose ``launch(stream)`` is one
   driver call.
-* the launch cache (:func:`launch_key`, :func:`lookup`, :func:`remember`, :func:`clear_caches`)
+* the launch cache (:func:`lookup`, :func:`remember`, :func:`clear_caches`)
   keeps up to :data:`MAX_LAUNCHES` bound launches of device calls with ``out`` given, keyed on
   the tuning (a ``Tuning``/variant string as given, or the ``variant``/``pdl``/``prefetch``
   keywords and the four environment variables' values, read at call time), the weight's
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import ArrayInfo, array_key, check_array, describe, device_view, numpy_dtype, storage_dtype
+from .arrays import KEY_READERS, ArrayInfo, check_array, describe, device_view, key_reader, numpy_dtype, storage_dtype
 from .descriptor import MAX_M, Operands, Problem
 from .device import device_facts, supports_pdl
 from .dispatch import Plan, plan_gemv
@@ -42,7 +42,7 @@ from .tuning import Tuning, read_environment
 from .weights import QuantizedWeight
 
 __all__ = ["Call", "validate", "plan", "bind", "run_host", "check_options", "emit_warnings",
-           "launch_key", "lookup", "remember", "clear_caches", "cached_launch_count",
+           "lookup", "remember", "clear_caches", "cached_launch_count",
            "MAX_LAUNCHES"]
 
 #: Bound launches kept by the launch cache (least recently stored dropped first).
@@ -166,41 +166,39 @@ def run_host(plan: Plan, call: Call, out=None):
     return out
 
 
-def launch_key(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
-    """The launch-cache key of a device call with ``out``, or ``None`` when the call cannot use
-    the cache (host arrays, no ``out``, unusual argument types: those take the full pipeline).
+def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
+    """``(key, bound launch or None)`` of a device call with ``out``: the launch stored under
+    ``key`` for this very weight (its warnings emitted again). The eager hot path: one key, one
+    dict lookup, and no Python call beyond each array's key reader.
 
-    With ``tuning=None`` the key holds the keywords and ``environment``, the caller's
-    :func:`~.tuning.read_environment` snapshot (read now when not given), so a change of a
-    variable applies to the next call; the caller resolves a miss from that same snapshot. A
-    :class:`~.tuning.Tuning` is keyed by identity (hashing it is a Python call): its entry keeps it
-    alive (:func:`remember`), so the identity cannot be reused while the entry exists."""
+    ``key`` is ``None`` when the call cannot use the cache (host arrays, no ``out``, unusual
+    argument types: those take the full pipeline). It holds how the tuning is given, the weight's
+    identity and each array's :func:`~.arrays.array_key`, read afresh. With ``tuning=None`` that
+    is the keywords and ``environment``, the caller's :func:`~.tuning.read_environment` snapshot
+    (read now when not given), so a change of a variable applies to the next call; the caller
+    resolves a miss from that same snapshot. A :class:`~.tuning.Tuning` is keyed by identity
+    (hashing it is a Python call): its entry keeps it alive (:func:`remember`), so the identity
+    cannot be reused while the entry exists."""
     if tuning is None:
         if pdl.__class__ is not bool or prefetch.__class__ is not bool or not (
                 variant is None or variant.__class__ is str):
-            return None
+            return None, None
         how = (variant, pdl, prefetch, read_environment() if environment is None else environment)
     elif variant is None and pdl is False and prefetch is False and (
             tuning.__class__ is str or tuning.__class__ is Tuning):
         how = tuning if tuning.__class__ is str else id(tuning)
     else:
-        return None
-    ka, kout = array_key(a), array_key(out)
-    if ka is None or kout is None:
-        return None
-    if bias is None:
-        return how, id(w), ka, kout, None
-    kb = array_key(bias)
-    return None if kb is None else (how, id(w), ka, kout, kb)
-
-
-def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
-    """``(key, bound launch or None)`` of a device call with ``out``: the launch stored under
-    :func:`launch_key` for this very weight (its warnings emitted again). ``key`` is ``None``
-    when the call cannot use the cache. The eager hot path: one key and one dict lookup."""
-    key = launch_key(a, w, bias, out, tuning, variant, pdl, prefetch, environment)
-    if key is None:
         return None, None
+    readers = KEY_READERS  # array_key without its two calls per array
+    try:
+        ka = (readers.get(a.__class__) or key_reader(a))(a)
+        kout = (readers.get(out.__class__) or key_reader(out))(out)
+        kb = None if bias is None else (readers.get(bias.__class__) or key_reader(bias))(bias)
+    except Exception:
+        return None, None
+    if ka is None or kout is None or (kb is None and bias is not None):
+        return None, None
+    key = (how, id(w), ka, kout, kb)
     hit = _launches.get(key)
     if hit is None or hit[0]() is not w:
         return key, None
@@ -211,7 +209,7 @@ def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
 
 def remember(key, w, bound, messages=(), tuning=None):
     """Store a bound launch under ``key`` (dropping the oldest beyond :data:`MAX_LAUNCHES`);
-    ``tuning``, the call's ``tuning=`` argument, is kept alive with it (see :func:`launch_key`)."""
+    ``tuning``, the call's ``tuning=`` argument, is kept alive with it (see :func:`lookup`)."""
     _launches[key] = (weakref.ref(w), bound, tuple(messages), tuning)
     while len(_launches) > MAX_LAUNCHES:
         _launches.popitem(last=False)

@@ -16,8 +16,10 @@ value a replay wrote is the value its graph was captured with. Afterwards nothin
 
 import os
 import random
+import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 
@@ -32,6 +34,11 @@ WEIGHTS = {"replay": 60, "synchronize": 12, "release": 10, "query": 6, "misuse":
 OPS, CUMULATIVE = tuple(WEIGHTS), np.cumsum(list(WEIGHTS.values())).tolist()
 FAIL_ON_PURPOSE = 0.03                     # capture bodies that raise (expected: discarded)
 N = 256                                    # elements of each output
+# Replays of one graph between two synchronizes of it. Bounds the GPU backlog each thread builds
+# (threads enqueue 100 µs spins faster than the GPU runs them): unbounded, a run sharing the GPU
+# with other processes (a 14-worker pytest on the H200, 2026-12-03) queued more work than a
+# capture's 30 s wait for the stream's claim allows.
+MAX_PENDING = 8
 
 
 class Boom(Exception):
@@ -43,6 +50,7 @@ class _Graph:
 
     def __init__(self, out, tmp):
         self.out, self.tmp, self.value, self.live, self.total = out, tmp, 0.0, False, 0.0
+        self.pending = 0                    # replays since its last synchronize
 
 
 class _Stress:
@@ -58,6 +66,7 @@ class _Stress:
         self.expected_failures = {"Boom": 0, "UnknownGraphError": 0}
         self.errors: list[str] = []
         self.overlaps = 0                 # operations begun while another thread released or closed
+        self.current: dict = {}           # thread index -> the operation it is in (for a hang)
         self.disposing = 0
 
     # -- the graph body: long GPU work, then out += value --------------------------------------
@@ -101,6 +110,7 @@ class _Stress:
 
     def check(self, p, gid, graph, where):
         p.synchronize(gid)
+        graph.pending = 0
         got = self.backend.read(graph.out)
         if not np.array_equal(got, np.full(N, graph.total, np.float32)):
             raise AssertionError(f"{where}: output {got[:4]}... expected {graph.total} (value {graph.value})")
@@ -120,6 +130,7 @@ class _Stress:
             op = rng.choices(OPS, cum_weights=CUMULATIVE)[0] if graph.live else "capture"
             if op == "close" and name != PRIVATE:
                 op = "replay"
+            self.current[tid] = f"{op} {name} graph {gid_here}"
             try:
                 with self.lock:
                     self.overlaps += self.disposing > 0
@@ -142,6 +153,9 @@ class _Stress:
         if op == "replay":
             p.replay(gid)
             graph.total += graph.value
+            graph.pending += 1
+            if graph.pending >= MAX_PENDING:
+                self.check(p, gid, graph, f"thread {tid} {name} graph {gid} after {MAX_PENDING} replays")
         elif op == "synchronize":
             self.check(p, gid, graph, f"thread {tid} {name} graph {gid}")
         elif op == "release":
@@ -214,13 +228,22 @@ class _Stress:
         t0 = time.monotonic()
         for t in threads:
             t.join(seconds + 300)
-        assert not any(t.is_alive() for t in threads), "a worker hung"
+        hung = [(tid, t) for tid, t in enumerate(threads) if t.is_alive()]
+        frames = sys._current_frames()
+        assert not hung, "workers hung:\n" + "\n".join(
+            f"thread {tid} in {self.current.get(tid)}:\n" + "".join(traceback.format_stack(frames[t.ident]))
+            for tid, t in hung)
         elapsed = time.monotonic() - t0
         for name, p in self.providers.items():  # every one, whatever another's close raised
             try:
                 p.close()
             except Exception as exc:
                 self.errors.append(f"closing provider {name}: {exc!r}")
+        for stream in self.streams[:-1]:  # after a failed close, no queued run outlives the test
+            try:
+                self.backend.unsafe_sync(stream)
+            except Exception as exc:
+                self.errors.append(f"synchronizing stream {stream}: {exc!r}")
         for tid, graphs in enumerate(self.graphs_of_threads):  # closing waited for every run: check all
             for (name, gid), graph in graphs.items():
                 self.compare(graph, f"thread {tid} {name} graph {gid} at the end")
