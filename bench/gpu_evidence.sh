@@ -7,28 +7,31 @@
 #   3. bench.targets at M = 1 (quick formats; floors and tinygemm in the same run);
 #   4. bench.targets, tensor cores at M = 2, 8, 16 on gate/up, down, lm_head.
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/gpu_evidence.sh
+# STAGES (default "tests eager m1 batch") picks the stages to run, in that order.
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 LIFECYCLE_REQUIRE_GPU=1 LIFECYCLE_RACE_LOOPS=${LIFECYCLE_RACE_LOOPS:-50} \
        LIFECYCLE_STRESS_SECONDS=${LIFECYCLE_STRESS_SECONDS:-12}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+stages=" ${STAGES:-tests eager m1 batch} "
+want() { [[ $stages == *" $1 "* ]]; }
 workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)))")
 
 # The bound leaves room for the summary: at 250 s (2026-12-03) the run was cut at 99 % before
 # pytest printed any traceback. A per-test bound (pytest-timeout, where installed) names a hang.
 per_test=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=240")
-timeout "${TESTS_S:-420}" python3 -m pytest -v -rs --tb=short --durations=25 -p no:cacheprovider \
+want tests && { timeout "${TESTS_S:-420}" python3 -m pytest -v -rs --tb=short --durations=25 -p no:cacheprovider \
     -n "$workers" --dist loadgroup $per_test tests > "$out/pytest-gpu-h200.log" 2>&1
-echo "pytest exit $?"; grep -v PASSED "$out/pytest-gpu-h200.log" | tail -25
+echo "pytest exit $?"; grep -v PASSED "$out/pytest-gpu-h200.log" | tail -25; }
 
-timeout "${EAGER_S:-50}" python3 -m bench.eager_latency --out "$out" > "$out/eager.log" 2>&1
-echo "eager exit $?"; tail -14 "$out/eager.log"
+want eager && { timeout "${EAGER_S:-50}" python3 -m bench.eager_latency --out "$out" > "$out/eager.log" 2>&1
+echo "eager exit $?"; tail -14 "$out/eager.log"; }
 
-timeout "${M1_S:-120}" python3 -m bench.targets --out "$out" --quick --m 1 \
+want m1 && { timeout "${M1_S:-120}" python3 -m bench.targets --out "$out" --quick --m 1 \
     --variants default,single_warp,auto,env > "$out/targets-m1.log" 2>&1
-echo "targets M=1 exit $?"; tail -22 "$out/targets-m1.log"
+echo "targets M=1 exit $?"; tail -22 "$out/targets-m1.log"; }
 
-timeout "${BATCH_S:-100}" python3 -m bench.targets --out "$out" --quick --m 2,8,16 \
+want batch && { timeout "${BATCH_S:-100}" python3 -m bench.targets --out "$out" --quick --m 2,8,16 \
     --shapes gate/up,down,lm_head --formats 32 --variants tensor_core > "$out/targets-batch.log" 2>&1
-echo "targets batch exit $?"; tail -16 "$out/targets-batch.log"
+echo "targets batch exit $?"; tail -16 "$out/targets-batch.log"; }
