@@ -70,10 +70,18 @@ class _NoLaunch:
 
 
 def measure(calls=2000, repeats=40) -> dict:
-    """``{call form: µs per call}`` with the launch a no-op (see the module docstring)."""
+    """``{call form: µs per call}`` with the launch a no-op (see the module docstring).
+
+    Simulator only: the first call of each form runs for real, and the stand-in tensors are host
+    memory, which a GPU kernel cannot read (on a GPU it would fault and poison the context).
+    Raises ``RuntimeError`` when Numba's simulator is not in use."""
     import int4gemv as ig
     from int4gemv import pipeline
-    from int4gemv.device import stream_handle
+    from int4gemv.device import simulated, stream_handle
+
+    if not simulated():
+        raise RuntimeError("bench.eager_host_cost runs on Numba's simulator only (its tensors are "
+                           "host memory): set NUMBA_ENABLE_CUDASIM=1; on a GPU use bench.eager_latency")
 
     torch_standin = _standin_module()
     rng = np.random.default_rng(0)

@@ -209,14 +209,19 @@ def resolve_tuning(tuning=None, *, variant=None, pdl=False, prefetch=False, envi
     return _from_environment(variant, pdl, prefetch, *env)
 
 
-@functools.lru_cache(maxsize=256)
 def _given(tuning):
+    """A given tuning resolves to itself (the very object: not an equal one cached earlier)."""
     if isinstance(tuning, str):
-        if tuning not in VARIANTS:
-            raise ValueError(f"tuning={tuning!r} is not valid; accepted: a Tuning or one of "
-                             f"{', '.join(map(repr, VARIANTS))}")
-        tuning = Tuning(variant=tuning)
+        return _given_variant(tuning)
     return Resolved(tuning, tuple((f.name, "argument tuning=") for f in fields(Tuning)))
+
+
+@functools.lru_cache(maxsize=len(VARIANTS))
+def _given_variant(variant):
+    if variant not in VARIANTS:
+        raise ValueError(f"tuning={variant!r} is not valid; accepted: a Tuning or one of "
+                         f"{', '.join(map(repr, VARIANTS))}")
+    return _given(Tuning(variant=variant))
 
 
 @functools.lru_cache(maxsize=256)

@@ -204,10 +204,24 @@ def test_numba_array_keys_are_kept_per_live_array_only(rng):
 
 
 def test_the_host_cost_probe_measures_every_call_form():
-    """``bench/eager_host_cost.py`` (the CPU-side probe of this path) runs and times each form."""
-    from bench import eager_host_cost
+    """``bench/eager_host_cost.py`` (the CPU-side probe of this path) runs and times each form, on
+    the simulator in a process of its own (on a GPU too), and refuses a real GPU."""
+    import json
+    import subprocess
+    import sys
 
-    best = eager_host_cost.measure(calls=5, repeats=1)
+    code = ("import json; from bench import eager_host_cost as e; "
+            "print(json.dumps(e.measure(calls=5, repeats=1)))")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where bench/ is
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    best = json.loads(done.stdout.splitlines()[-1])
     assert set(best) == {"prepare()-like floor", "gemv(tuning=None)", 'gemv(variant="default")',
                          "gemv(tuning=Tuning(...))"}
     assert all(us > 0 for us in best.values())
+    if not simulated():
+        from bench import eager_host_cost
+        with pytest.raises(RuntimeError, match="simulator only"):
+            eager_host_cost.measure(calls=1, repeats=1)
