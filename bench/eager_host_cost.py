@@ -55,6 +55,9 @@ def _standin_module():
         def stride(self):
             return self._stride
 
+        def is_contiguous(self):
+            return self._host.flags.c_contiguous
+
         def element_size(self):
             return self._host.itemsize
 

@@ -191,17 +191,21 @@ def device_view(info: ArrayInfo, dtype=None):
 
 def array_key(x):
     """What validation and binding depend on for a device array: its class, dtype, shape,
-    strides and data address (torch: and whether it is on CUDA; device pointers are unique
-    across devices); ``None`` for anything that is not a device array. Read afresh on every call
-    (a torch tensor can be resized or re-pointed in place: ``resize_``, ``set_``,
-    ``as_strided_``), except for Numba device arrays, which never change (see :func:`_numba_key`).
+    strides and data address; ``None`` for anything that is not a device array. Read afresh on
+    every call (a torch tensor can be resized or re-pointed in place: ``resize_``, ``set_``,
+    ``as_strided_``, ``.data =``), except for Numba device arrays, which never change (see
+    :func:`_numba_key`). Equal keys mean an equal binding: a cached launch exists only for arrays
+    that passed validation.
 
-    How a class is read is decided once per class (:data:`KEY_READERS`, :func:`key_reader`): a Numba device array
-    through its attributes and its memory pointer's integer address, a torch tensor through
-    ``data_ptr()``/``shape``/``stride()``/``dtype``/``is_cuda`` (no ``__cuda_array_interface__``
-    dict: building one costs microseconds), anything else through its
-    ``__cuda_array_interface__``. A read that fails gives ``None`` (the call then takes the full
-    pipeline, which names the problem)."""
+    How a class is read is decided once per class (:data:`KEY_READERS`, :func:`key_reader`): a
+    Numba device array through its attributes and its memory pointer's integer address; anything
+    else through its ``__cuda_array_interface__``; a torch tensor, the common eager case, through
+    ``data_ptr()``, ``shape``, ``is_contiguous()`` and ``dtype`` only (about 0.3 µs; no
+    ``__cuda_array_interface__`` dict, which costs microseconds). Those suffice: validation
+    accepts C-contiguous arrays only, so a contiguous tensor's strides follow from its shape, and
+    a CUDA tensor's address (unified addressing: device memory and host memory never share an
+    address while the context lives) is never a CPU tensor's. A read that fails gives ``None``
+    (the call then takes the full pipeline, which names the problem)."""
     try:
         return key_reader(x)(x)
     except Exception:
@@ -243,8 +247,14 @@ def _simulator_key(x):
     return (x.__class__, x.dtype, x.shape, x.strides, _numba_pointer(x))
 
 
-def _torch_key(x):
-    return (x.__class__, x.data_ptr(), x.shape, x.stride(), x.dtype, x.is_cuda)
+def _torch_reader(cls):
+    """The key reader of torch tensor class ``cls`` (see :func:`array_key`): its C methods are
+    looked up once here, not on every call."""
+    data_ptr, is_contiguous = cls.data_ptr, cls.is_contiguous
+
+    def torch_key(x):
+        return (x.__class__, data_ptr(x), x.shape, is_contiguous(x), x.dtype)
+    return torch_key
 
 
 def _torch_like_key(x):
@@ -268,7 +278,7 @@ def _keyer_for(x):
         return _simulator_key if simulated() or not hasattr(x, "gpu_data") else _numba_key
     if _is_torch_like(x):
         real_torch = type(x).__module__.startswith("torch") and hasattr(x, "is_cuda")
-        return _torch_key if real_torch else _torch_like_key
+        return _torch_reader(x.__class__) if real_torch else _torch_like_key
     return _interface_key
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import warnings
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +46,7 @@ __all__ = ["Call", "validate", "plan", "bind", "run_host", "check_options", "emi
 
 #: Bound launches kept by the launch cache (least recently stored dropped first).
 MAX_LAUNCHES = 256
-_launches = OrderedDict()  # launch key -> (weakref to the weight, BoundLaunch, warnings)
+_launches = {}  # launch key -> (weakref to the weight, BoundLaunch, warnings), oldest first
 
 
 @dataclass(frozen=True)
@@ -212,7 +211,7 @@ def remember(key, w, bound, messages=(), tuning=None):
     ``tuning``, the call's ``tuning=`` argument, is kept alive with it (see :func:`lookup`)."""
     _launches[key] = (weakref.ref(w), bound, tuple(messages), tuning)
     while len(_launches) > MAX_LAUNCHES:
-        _launches.popitem(last=False)
+        del _launches[next(iter(_launches))]
 
 
 def clear_caches():

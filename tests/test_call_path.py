@@ -183,6 +183,13 @@ def test_real_torch_tensors_resized_or_repointed_in_place_are_seen(rng):
     ig.gemv(a, w, out=out)
     torch.cuda.synchronize()
     assert _err(fresh.cpu().numpy(), b_h, w) <= TOL
+    out.data = fresh.view(torch.bfloat16)  # same object and address, another dtype
+    with pytest.raises(TypeError, match="out"):
+        ig.gemv(a, w, out=out)
+    out.data = fresh
+    a.data = a.cpu()  # same object, now on the host
+    with pytest.raises((TypeError, ValueError), match="a"):
+        ig.gemv(a, w, out=out)
 
 
 @pytest.mark.gpu
