@@ -126,7 +126,7 @@ def split_k_kernel(cols: int, unroll: int, chunks: int, col_warps: int, fused: b
         wv = cuda.local.array((C, U), uint64)
         sv = cuda.local.array((C, U), float32)
         zv = cuda.local.array((C, U), np.uint32)
-        pairs = cuda.local.array((U, 8), np.uint32)
+        pairs = cuda.local.array((1, 8), np.uint32)
         tmp = cuda.local.array((1, 8), np.uint32)
         acc = cuda.local.array(C, float32)
         g = np.uint32(cuda.blockIdx.x)
@@ -141,19 +141,18 @@ def split_k_kernel(cols: int, unroll: int, chunks: int, col_warps: int, fused: b
         for slot in range(tid, np.uint32(WORDS), np.uint32(THREADS)):
             stage_word(act, min(slot, nw - U1), slot, staged, tmp, u_offset)
         cuda.syncthreads()
-        for u in range(U):
-            for i in range(8):
-                pairs[u, i] = staged[i, base + lane + np.uint32(32 * u)]
         while g < groups:
             for c in range(C):
                 acc[c] = float32(0.0)
-            for c in range(C):
-                for u in range(U):
+            for u in range(U):  # one word's pairs live at a time (read from shared memory)
+                for i in range(8):
+                    pairs[0, i] = staged[i, base + lane + np.uint32(32 * u)]
+                for c in range(C):
                     if ZP:
                         low, high = zero_point_constants(zv[c, u])
                     else:
                         low, high = NO_ZP_LOW, NO_ZP_HIGH
-                    acc[c] += sv[c, u] * half2_sum(dot16(wv[c, u], pairs, u, low, high))
+                    acc[c] += sv[c, u] * half2_sum(dot16(wv[c, u], pairs, 0, low, high))
             for s in range(SB):  # transposing butterfly (single_warp.write_group)
                 off = np.uint32(16 >> s)
                 half = C >> (s + 1)
