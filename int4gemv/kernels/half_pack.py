@@ -4,7 +4,8 @@
 :func:`~int4gemv.kernels.nibble_pairs.half_high`: a kernel that computes fp16 activations in
 float32 (the decode chain's fused ``silu(g)·u``) hands them to the half2 dot products
 (:mod:`.half2`) without a trip through memory. Each value is rounded to nearest even, as a
-float32 store into an fp16 array rounds; overflow gives ±inf, NaN stays NaN.
+float32 store into an fp16 array rounds; overflow gives ±inf, NaN stays NaN (its bits are the
+hardware's canonical NaN on a GPU, numpy's on the simulator: only NaN-ness is specified).
 """
 
 from __future__ import annotations
