@@ -119,7 +119,7 @@ def test_chain_with_fused_split_k_down_matches_float64(rng, monkeypatch):
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP_COLS", "16")  # a quarter of the simulated threads
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP_UNROLL", "1")
     layers, lm_head = random_chain(ONE_LAYER, seed=5)
-    chain = DecodeChain(layers, lm_head, tuning="single_warp+pdl", down_split=SplitK(4, 1, 2), fuse_silu=True)
+    chain = DecodeChain(layers, lm_head, tuning="single_warp+pdl", down_split=SplitK(16, 1, 1), fuse_silu=True)
     assert chain.launches == 5 and [k[0] for k in chain.kernels] == ["qkv", "o", "gate_up", "down", "lm_head"]
     for buf in (chain.qkv, chain.h, chain.gu, chain.m, chain.logits):
         buf.copy_to_device(np.full(buf.shape, np.nan, np.float16))
