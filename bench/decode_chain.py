@@ -9,8 +9,10 @@ One decode step of the workload (Qwen3-VL-2B: 28 layers, lm_head) as :class:`int
 each GEMV reads the previous one's output, so the step is data-dependent. Random weights at the
 real shapes; the logits are checked against the float64 chain (:func:`int4gemv.decode.tolerance`).
 
-A configuration is ``layout:tuning[:bps=N][:silu=pdl|plain]`` (``bps``: grid cap in blocks per SM;
-``silu``: silu·mul as a programmatic launch or not, default as the tuning). Per configuration the
+A configuration is ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP]``
+(``bps``: grid cap in blocks per SM; ``silu``: silu·mul as a programmatic launch or not, default
+as the tuning, or ``fused`` into the split-K down kernel; ``KIND=CxU``: that GEMV kind on the
+single-warp kernel at that shape; ``down=CxUkP``: the split-K down kernel, ``P`` warps per K chunk). Per configuration the
 step is captured once into a graph owned by ``lifecycle.numba_provider`` (input staged from a
 retained pinned buffer), replayed and released, and reported: ``us_per_step`` (median of
 back-to-back replays timed by CUDA events between them, after a warm-up), the byte floor (weights +
@@ -41,7 +43,7 @@ LAYOUTS = ("merged", "separate")
 #: Bytes of the buffer torch copies to measure the copy bandwidth (≫ the 60 MB L2).
 COPY_BYTES = 1 << 30
 
-__all__ = ["parse_config", "kind_tunings", "replay_times_us", "torch_copy_bandwidth", "measure_config", "run", "parse_args",
+__all__ = ["parse_config", "kind_tunings", "chain_options", "replay_times_us", "torch_copy_bandwidth", "measure_config", "run", "parse_args",
            "main"]
 
 
@@ -49,7 +51,8 @@ def parse_config(text: str) -> dict:
     """``"merged:auto+pdl:bps=8:silu=plain:down=1x8s"`` → the DecodeChain keywords and a label
     (``down=1x8s``: the down projections run the single-warp kernel at 1 column x unroll 8 with
     streamed activations — ``r``: registers, neither: the kernel's choice — and the tuning's
-    ``pdl``/``prefetch``)."""
+    ``pdl``/``prefetch``; ``down=4x4k4``: the split-K down kernel, 4 columns x unroll 4 per warp,
+    4 column warps per K chunk; ``silu=fused`` needs it)."""
     from int4gemv.decode.chain import GEMV_KINDS, TUNINGS
 
     layout, _, rest = text.partition(":")
@@ -57,21 +60,29 @@ def parse_config(text: str) -> dict:
     if layout not in LAYOUTS + ("persistent",) or (layout != "persistent" and tuning not in TUNINGS):
         raise ValueError(f"configuration {text!r}: expected layout:tuning with layout in {LAYOUTS} "
                          f"and tuning in {TUNINGS}")
-    cfg = dict(layout=layout, tuning=tuning, blocks_per_sm=None, silu_pdl=None, kind_tunings={}, label=tuning)
+    cfg = dict(layout=layout, tuning=tuning, blocks_per_sm=None, silu_pdl=None, kind_tunings={}, label=tuning,
+               down_split=None, fuse_silu=False)
     for e in extras:
         key, _, value = e.partition("=")
         shape = re.fullmatch(r"(\d+)x(\d+)([sr]?)", value)
+        split = re.fullmatch(r"(\d+)x(\d+)k(\d+)", value)
         if key == "bps" and value.isdigit() and int(value) > 0:
             cfg["blocks_per_sm"] = int(value)
         elif key == "silu" and value in ("pdl", "plain"):
             cfg["silu_pdl"] = value == "pdl"
+        elif key == "silu" and value == "fused":
+            cfg["fuse_silu"] = True
+        elif key == "down" and split:
+            cfg["down_split"] = dict(cols=int(split[1]), unroll=int(split[2]), col_warps=int(split[3]))
         elif key in GEMV_KINDS and shape:
             cfg["kind_tunings"][key] = dict(cols=int(shape[1]), unroll=int(shape[2]),
                                             activations={"s": "streaming", "r": "registers"}.get(shape[3]))
         else:
-            raise ValueError(f"configuration {text!r}: unknown option {e!r} (bps=N, silu=pdl|plain, "
-                             f"KIND=CxU[s|r] with KIND in {GEMV_KINDS})")
+            raise ValueError(f"configuration {text!r}: unknown option {e!r} (bps=N, silu=pdl|plain|fused, "
+                             f"KIND=CxU[s|r] with KIND in {GEMV_KINDS}, down=CxUkP)")
         cfg["label"] += f" {e}"
+    if cfg["fuse_silu"] and cfg["down_split"] is None:
+        raise ValueError(f"configuration {text!r}: silu=fused needs down=CxUkP (the split-K down kernel)")
     return cfg
 
 
@@ -84,6 +95,15 @@ def kind_tunings(cfg) -> dict:
     flags = launch_options(cfg["tuning"])
     return {k: Tuning("single_warp", pdl=flags["pdl"], prefetch=flags["prefetch"], **v)
             for k, v in cfg["kind_tunings"].items()}
+
+
+def chain_options(cfg) -> dict:
+    """The :class:`~int4gemv.decode.DecodeChain` keywords of a parsed configuration."""
+    from int4gemv.decode import SplitK
+
+    return dict(merged=cfg["layout"] == "merged", tuning=cfg["tuning"], blocks_per_sm=cfg["blocks_per_sm"],
+                silu_pdl=cfg["silu_pdl"], kind_tunings=kind_tunings(cfg), fuse_silu=cfg["fuse_silu"],
+                down_split=None if cfg["down_split"] is None else SplitK(**cfg["down_split"]))
 
 
 def replay_times_us(provider, graph_id: int, replays: int, warmup: int = 20) -> np.ndarray:
@@ -173,7 +193,8 @@ def _timeline(chain, layers, lm_head, provider, graph_id, x, copy_bw, args) -> d
 
     stamped = DecodeChain(layers, lm_head, merged=chain.merged, tuning=chain.tuning,
                           blocks_per_sm=chain.blocks_per_sm, silu_pdl=chain.silu_pdl,
-                          kind_tunings=chain.kind_tunings, timeline=True)
+                          kind_tunings=chain.kind_tunings, down_split=chain.down_split,
+                          fuse_silu=chain.fuse_silu, timeline=True)
     t = measure_timeline(stamped, provider, graph_id, x, copy_bw)
     g = stamped.capture(provider, graph_id, x)
     try:
@@ -192,9 +213,7 @@ def measure_config(cfg, layers, lm_head, provider, x, ref, copy_bw, args, graph_
     if cfg["layout"] == "persistent":
         chain = PersistentChain(layers, lm_head)
     else:
-        chain = DecodeChain(layers, lm_head, merged=cfg["layout"] == "merged", tuning=cfg["tuning"],
-                            blocks_per_sm=cfg["blocks_per_sm"], silu_pdl=cfg["silu_pdl"],
-                            kind_tunings=kind_tunings(cfg))
+        chain = DecodeChain(layers, lm_head, **chain_options(cfg))
     eager = chain.run(x)
     t0 = time.perf_counter()
     for _ in range(5):
@@ -216,6 +235,9 @@ def measure_config(cfg, layers, lm_head, provider, x, ref, copy_bw, args, graph_
                                                              "pending_cleanup")},
                kernels=sorted({f"{p.kernel} {p.cols}x{p.unroll}" if p.cols else p.kernel for p in chain.plans()})
                if hasattr(chain, "plans") else ["persistent chain_kernel"])
+    if getattr(chain, "down_split", None) is not None:
+        d = chain.down_split
+        row["kernels"].append(f"split_k {d.cols}x{d.unroll}k{d.col_warps}" + (" silu-fused" if chain.fuse_silu else ""))
     if hasattr(chain, "grids"):
         row["grids"] = sorted(set(chain.grids()))
     row["jitter"] = row["p90_us"] / row["p10_us"]
@@ -291,7 +313,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="folder for the JSON results")
     p.add_argument("--workload", type=Path, default=WORKLOAD, help="workload JSON (model shapes)")
-    p.add_argument("--configs", nargs="+", help="layout:tuning[:bps=N][:silu=pdl|plain] (overrides the next two)")
+    p.add_argument("--configs", nargs="+", help="layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]]"
+                   "[:down=CxUkP] (overrides the next two)")
     p.add_argument("--tunings", nargs="+", default=list(TUNINGS[:6]), choices=TUNINGS)
     p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     p.add_argument("--layers", type=int, help="layers (default: the workload's)")

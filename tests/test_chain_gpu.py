@@ -13,6 +13,7 @@ import pytest
 import int4gemv as ig
 
 from int4gemv.decode.chain import TUNINGS, DecodeChain
+from int4gemv.decode.split_k import SplitK
 from int4gemv.decode.model import ChainShape, random_chain, reference_logits, relative_error, tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.xdist_group("full_chain")]  # one worker builds the 1 GB chain
@@ -73,13 +74,17 @@ STREAMED = {k: ig.Tuning("single_warp", cols=4, unroll=4, activations="streaming
 
 
 @pytest.mark.xdist_group("full_chain_races")  # a second worker (its own chain) runs the race checks
-@pytest.mark.parametrize("merged, tuning, kinds", [(True, "auto+pdl", None), (False, "auto+pdl", None),
-                                                   (True, "single_warp+pdl", None),
-                                                   (False, "single_warp+pdl", None),
-                                                   (True, "single_warp+pdl", STREAMED)])
-def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, merged, tuning, kinds):
+@pytest.mark.parametrize("merged, tuning, kinds, split", [(True, "auto+pdl", None, None),
+                                                          (False, "auto+pdl", None, None),
+                                                          (True, "single_warp+pdl", None, None),
+                                                          (False, "single_warp+pdl", None, None),
+                                                          (True, "single_warp+pdl", STREAMED, None),
+                                                          (True, "single_warp+pdl", STREAMED, SplitK(4, 4, 4))])
+def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, merged, tuning, kinds, split):
+    """``split``: the split-K down kernel with silu·mul fused (its programmatic early loads)."""
     shape, layers, lm_head, x, ref = full_chain
-    chain = DecodeChain(layers, lm_head, merged=merged, tuning=tuning, kind_tunings=kinds)
+    chain = DecodeChain(layers, lm_head, merged=merged, tuning=tuning, kind_tunings=kinds, down_split=split,
+                        fuse_silu=split is not None)
     graph = chain.capture(provider, 2, x)
     mismatched = []
     for i in range(RACE_RUNS):

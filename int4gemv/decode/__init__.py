@@ -10,6 +10,8 @@ One concept per module:
 * :mod:`.launches` — the step's operations: :class:`GemvLaunch`, :class:`KernelLaunch`;
 * :mod:`.streams` — how operations reach a stream (GPU or the simulated driver);
 * :mod:`.silu_mul` — the element-wise ``silu(g)·u`` kernel;
+* :mod:`.split_k`, :mod:`.split_k_kernel` — the down projection with K split over a block's
+  warps (all of K in flight before the dependency wait), optionally with silu·mul fused in;
 * :mod:`.stamps`, :mod:`.timeline` — per-block ``%globaltimer`` stamps and the per-kernel
   timeline of a replayed step;
 * :mod:`.persistent`, :mod:`.persistent_kernel` — the experimental one-launch chain.
@@ -23,8 +25,10 @@ from .model import (ChainShape, LayerWeights, check_chain, random_chain, referen
 from .persistent import PersistentChain
 from .step import CapturedChain, ChainStep
 from .launches import GemvLaunch, KernelLaunch
+from .split_k import SplitK, SplitKLaunch
 from .streams import DeviceStreams, SimulatedStreams
 
 __all__ = ["DecodeChain", "TUNINGS", "launch_options", "ChainShape", "LayerWeights", "check_chain",
            "random_chain", "reference_logits", "relative_error", "tolerance", "PersistentChain",
-           "CapturedChain", "ChainStep", "DeviceStreams", "GemvLaunch", "KernelLaunch", "SimulatedStreams"]
+           "CapturedChain", "ChainStep", "DeviceStreams", "GemvLaunch", "KernelLaunch", "SimulatedStreams",
+           "SplitK", "SplitKLaunch"]

@@ -6,7 +6,8 @@
 fused into the GEMV epilogue: ``h = x + W_o·q`` is ``gemv(q, W_o, bias=x, out=h)`` (the bias
 is added in float32 before the one rounding to fp16), likewise ``x = h + W_down·m``.
 ``silu(g)·u`` is one small elementwise kernel (:mod:`int4gemv.decode.silu_mul`). A layer is
-5 launches with merged projections (qkv, o, gate_up, silu·mul, down) and 8 with separate ones;
+5 launches with merged projections (qkv, o, gate_up, silu·mul, down) and 8 with separate ones
+(4 and 7 when the split-K down kernel fuses silu·mul, ``fuse_silu``);
 q is the first ``q_dim`` entries of the qkv output in both layouts (separate q, k, v write their
 slices of it; gate and up the two halves of one gate/up buffer).
 
@@ -31,6 +32,7 @@ from ..tuning import Tuning
 from .launches import GemvLaunch, KernelLaunch
 from .model import check_chain
 from .silu_mul import check_silu_mul, silu_mul_geometry, silu_mul_kernel
+from .split_k import SplitK, SplitKLaunch
 from .stamps import stamp_buffer
 from .step import ChainStep
 
@@ -97,6 +99,12 @@ class DecodeChain(ChainStep):
     kind_tunings : dict, optional
         ``{kind: int4gemv.Tuning}`` for GEMV kinds (names in :data:`GEMV_KINDS`) that run another
         tuning than ``tuning``, e.g. ``{"down": Tuning("single_warp", cols=1, unroll=8, pdl=True)}``.
+    down_split : SplitK, optional
+        Run every down projection with the split-K kernel (:mod:`.split_k`) of this shape, a
+        programmatic launch when the tuning's are (not with a ``kind_tunings["down"]``).
+    fuse_silu : bool
+        With ``down_split``: no silu·mul launch; down computes ``silu(g)·u`` from the gate/up
+        output as it stages its activations (the same fp16 values). A layer is one launch less.
 
     Attributes
     ----------
@@ -111,14 +119,22 @@ class DecodeChain(ChainStep):
     """
 
     def __init__(self, layers, lm_head, *, merged: bool = True, tuning: str = "auto",
-                 blocks_per_sm=None, timeline: bool = False, silu_pdl=None, kind_tunings=None):
-        for name, v in (("merged", merged), ("timeline", timeline)):
+                 blocks_per_sm=None, timeline: bool = False, silu_pdl=None, kind_tunings=None,
+                 down_split=None, fuse_silu: bool = False):
+        for name, v in (("merged", merged), ("timeline", timeline), ("fuse_silu", fuse_silu)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
         if silu_pdl is not None and not isinstance(silu_pdl, bool):
             raise TypeError(f"silu_pdl must be None or a bool; got {type(silu_pdl).__name__}")
         _optional_positive("blocks_per_sm", blocks_per_sm)
         self.kind_tunings = _check_kind_tunings(kind_tunings)
+        if down_split is not None and not isinstance(down_split, SplitK):
+            raise TypeError(f"down_split must be None or a SplitK; got {type(down_split).__name__}")
+        if down_split is not None and "down" in self.kind_tunings:
+            raise ValueError("down_split and kind_tunings['down'] both choose the down kernel; give one")
+        if fuse_silu and down_split is None:
+            raise ValueError("fuse_silu needs down_split (only the split-K down kernel computes silu(g)·u)")
+        self.down_split, self.fuse_silu = down_split, fuse_silu
         unused = set(self.kind_tunings) - set(LAYOUT_KINDS["merged" if merged else "separate"])
         if unused:
             raise ValueError(f"kind_tunings names {sorted(unused)}, which the "
@@ -164,6 +180,13 @@ class DecodeChain(ChainStep):
             return ("silu_mul", layer, 0, lambda stamps, slot: KernelLaunch(
                 kernel, grid, block, self.gu, self.m, programmatic=self.silu_pdl, stamps=stamps, slot=slot))
 
+        def down(i, layer):
+            if self.down_split is None:
+                return gemv("down", i, self.m, layer.down, self.x, bias=self.h)
+            return ("down", i, layer.down.nbytes, lambda stamps, slot: SplitKLaunch(
+                self.gu if self.fuse_silu else self.m, layer.down, self.x, self.h, shape=self.down_split,
+                fused=self.fuse_silu, pdl=self.options["pdl"], max_blocks=max_blocks, stamps=stamps, slot=slot))
+
         specs = []
         for i, layer in enumerate(self.layers):
             if self.merged:
@@ -177,8 +200,9 @@ class DecodeChain(ChainStep):
             else:
                 specs += [gemv("gate", i, self.h, layer.gate, self.gu[:I]),
                           gemv("up", i, self.h, layer.up, self.gu[I:])]
-            specs.append(silu_mul(i))
-            specs.append(gemv("down", i, self.m, layer.down, self.x, bias=self.h))
+            if not self.fuse_silu:
+                specs.append(silu_mul(i))
+            specs.append(down(i, layer))
         specs.append(gemv("lm_head", -1, self.x, self.lm_head, self.logits))
         return specs
 

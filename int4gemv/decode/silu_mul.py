@@ -16,9 +16,18 @@ from numba import cuda, float32
 
 from ..kernels.intrinsics import allow_next_grid, wait_for_previous_grid
 
-__all__ = ["silu_mul_kernel", "silu_mul_geometry", "check_silu_mul", "THREADS"]
+__all__ = ["silu_mul_kernel", "silu_times", "silu_mul_geometry", "check_silu_mul", "THREADS"]
 
 THREADS = 256  # threads per block; one element per thread
+
+
+@cuda.jit(device=True, inline=True)
+def silu_times(g, u):
+    """``silu(g) · u`` in float32 for float32 ``g``, ``u``: the one formula of the chain, so
+    the fused form (:mod:`.split_k_kernel`) rounds to the same fp16 values as this kernel."""
+    e = math.exp(-abs(g))  # never overflows: sigmoid(g) from exp(-|g|) on both sides
+    sigmoid = float32(1.0) / (float32(1.0) + e) if g >= 0 else e / (float32(1.0) + e)
+    return float32(g * sigmoid * u)
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,10 +46,7 @@ def silu_mul_kernel(pdl: bool = False):
         i = cuda.grid(1)
         n = m.shape[0]
         if i < n:
-            g = float32(gu[i])
-            e = math.exp(-abs(g))  # never overflows: sigmoid(g) from exp(-|g|) on both sides
-            sigmoid = float32(1.0) / (float32(1.0) + e) if g >= 0 else e / (float32(1.0) + e)
-            m[i] = g * sigmoid * float32(gu[n + i])
+            m[i] = silu_times(float32(gu[i]), float32(gu[n + i]))
 
     return kernel
 
