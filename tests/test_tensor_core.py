@@ -243,6 +243,18 @@ def test_persistent_rounds_with_split_k(rng):
     check(y, a, w, bias, "bfloat16")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("N, K, M, dtype", [(6144, 2048, 16, "float16"), (2048, 6144, 8, "bfloat16"),
+                                            (6144, 2048, 2, "bfloat16")])
+def test_decode_shapes_as_chosen_for_the_h200(rng, N, K, M, dtype):
+    # gate/up and down at the configuration the dispatcher chooses on 132 SMs (split-K, one
+    # step per warp, 3 blocks of 8 warps or one of 16 double-buffered): every element
+    a, w, bias = make(rng, N, K, 32, False, M, dtype)
+    y, config = run(a, w, bias, dtype, multiprocessors=132)
+    assert config.ksplit > 1
+    check(y, a, w, bias, dtype)
+
+
 def test_config_validates_itself():
     with pytest.raises(ValueError, match="dtype"):
         TensorCoreConfig("float32", 1, 32, False)
