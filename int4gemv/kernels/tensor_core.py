@@ -33,6 +33,11 @@ weight, scale and zero-point loads of ``tiles x unroll`` segments before folding
 ``double_buffer`` the next step's loads are issued before this step folds. A step that lies
 wholly inside K and the warp's slice (warp-uniform) runs without guards or clamps.
 
+Each step's activation lines are prefetched into L1 (``prefetch.global.L1``) with its weight
+loads, so the fold's activation loads hit L1 instead of each waiting for L2 in turn. Index math is
+unsigned 64-bit (no floor-division fix-ups or negative-index checks), and the first step's loads
+are issued before the activation offsets are computed (bench/NOTES.md, "Tensor cores v4").
+
 Tails: a segment word past the packed row is not loaded (zero); activations past K (whole 8-element
 chunks: K % 8 == 0) or in rows >= M are zero, so padding nibbles add exactly 0; columns past N are
 clamped for loads and never stored; group indices are clamped to the row.
@@ -52,7 +57,7 @@ from .mma import mma_bf16, mma_f16
 from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, scaled_pair_f16,
                         zero_point_offset_bf16, zero_point_offset_f16)
 from .tensor_core_config import SEGMENT, TILE_COLS, TensorCoreConfig
-from .vector_loads import load8, load16, load16_stream
+from .vector_loads import load8, load16, load16_stream, prefetch_l1
 
 __all__ = ["tensor_core_kernel"]
 
@@ -230,6 +235,19 @@ def _compile(config):
             fold(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc, False)
 
     @cuda.jit(device=True, inline=True)
+    def prefetch_act(act, act_at, rows_ok, s0, seg_end, t, K):
+        """Bring the activation lines of the step at ``s0`` into L1 (this lane's 64 bytes of
+        each row and segment), issued with the step's weight loads: the fold's activation loads
+        then hit L1 instead of each waiting for L2 in turn (bench/NOTES.md, "v4")."""
+        full = step_is_full(s0, seg_end, K)
+        for u in range(U):
+            k = _USEGMENT * (s0 + _U(u))
+            if full or (s0 + _U(u) < seg_end and k + _LANE_K * t < K):
+                for mt in range(MT):
+                    if rows_ok[mt]:
+                        prefetch_l1(act, act_at[mt] + k)
+
+    @cuda.jit(device=True, inline=True)
     def store(acc, col0, g, t, N, M, bias, has_bias, out):
         """Write the group's outputs (+ bias): d0, d1 column g, d2, d3 column g + 8."""
         for c in range(C):
@@ -311,17 +329,20 @@ def _compile(config):
                     rows_ok[mt] = FULL_ROWS or _U8 * _U(mt) + g < M
                     act_at[mt] = (_U8 * _U(mt) + g) * K + _LANE_K * t
                 s0 = seg_begin
+                prefetch_act(act, act_at, rows_ok, s0, seg_end, t, K)
                 if DOUBLE:  # the next step's loads are in flight while this one folds
                     while s0 < seg_end:
                         if s0 + UU < seg_end:
                             issue_step(packed, scales, zero_points, cols, s0 + UU, seg_end, t,
                                        K, nb, nzb, row_bytes, raw2, sv2, zv2)
+                            prefetch_act(act, act_at, rows_ok, s0 + UU, seg_end, t, K)
                         fold_step(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc)
                         s0 += UU
                         if s0 < seg_end:
                             if s0 + UU < seg_end:
                                 issue_step(packed, scales, zero_points, cols, s0 + UU, seg_end,
                                            t, K, nb, nzb, row_bytes, raw, sv, zv)
+                                prefetch_act(act, act_at, rows_ok, s0 + UU, seg_end, t, K)
                             fold_step(act, act_at, rows_ok, s0, seg_end, t, K, raw2, sv2, zv2,
                                       acc)
                             s0 += UU
@@ -333,6 +354,7 @@ def _compile(config):
                             break
                         issue_step(packed, scales, zero_points, cols, s0, seg_end, t, K, nb,
                                    nzb, row_bytes, raw, sv, zv)
+                        prefetch_act(act, act_at, rows_ok, s0, seg_end, t, K)
             if KS > 1:
                 reduce_split_k(red, acc, warp, lane, kpart)
             if kpart == _U0 and grp < groups:
