@@ -216,6 +216,7 @@ def test_n_tails(rng, N):
     (dict(double_buffer=True, unroll=2, ksplit=2), "bfloat16", 10),
     (dict(double_buffer=True, unroll=1, ksplit=4), "float16", 3),
     (dict(act_vector=False), "bfloat16", 3), (dict(ksplit=2, warps=4, blocks_per_sm=1), "float16", 3),
+    (dict(ksplit=8, unroll=1), "float16", 5),   # more K-split warps than segments and than sums
 ])
 def test_configuration_paths(rng, overrides, dtype, M):
     # K = 392: 4 segments (the last holds one word), so steps are full and partial, slices

@@ -27,7 +27,8 @@ cores", lists that experiment).
 
 Work: a block's ``warps`` fold ``warps / ksplit`` column groups at once; the ``ksplit`` warps of
 a group each take a contiguous slice of the segments, then add their partial sums through shared
-memory in a fixed order (no atomics; the result does not depend on timing). The grid is
+memory in a fixed order (no atomics; the result does not depend on timing), each warp summing and
+writing a share of the group's outputs. The grid is
 persistent: block ``b`` takes block-rounds ``b, b + gridDim, ...``. A warp's step issues the
 weight, scale and zero-point loads of ``tiles x unroll`` segments before folding any; with
 ``double_buffer`` the next step's loads are issued before this step folds. A step that lies
@@ -107,7 +108,8 @@ def _compile(config):
     P = 2 if BS == 16 else 1                    # scale groups in a lane's 32 elements
     NO_ZP = NO_ZP_OFFSET_F16 if F16 else NO_ZP_OFFSET_BF16
     mma = mma_f16 if F16 else mma_bf16
-    RED = (WARPS, C * MT * 4, 32) if KS > 1 else (1, 1, 1)
+    SLOTS_PER_WARP = C * MT * 4                # accumulators a lane holds
+    RED = (WARPS, SLOTS_PER_WARP, 32) if KS > 1 else (1, 1, 1)
     # the same constants as unsigned 64-bit values, for the index math
     UBS, UU, UKS, USLOTS = _U(BS), _U(U), _U(KS), _U(SLOTS)
     UGROUP_COLS, UTILE = _U(TILE_COLS * C), _U(TILE_COLS)
@@ -248,39 +250,47 @@ def _compile(config):
                         prefetch_l1(act, act_at[mt] + k)
 
     @cuda.jit(device=True, inline=True)
-    def store(acc, col0, g, t, N, M, bias, has_bias, out):
-        """Write the group's outputs (+ bias): d0, d1 column g, d2, d3 column g + 8."""
+    def store_slot(y, j, col0, g, t, N, M, bias, has_bias, out):
+        """Write accumulator slot ``j`` (``acc[c, mt, r]``, ``j = (c * MT + mt) * 4 + r``) of the
+        group (+ bias): d0, d1 are column g, d2, d3 column g + 8."""
+        c, mt, r = j // (4 * MT), (j // 4) % MT, j % 4
+        n = col0 + UTILE * _U(c) + g + _U8 * _U(r // 2)
+        m = _U8 * _U(mt) + _U2 * t + _U(r & 1)
+        if n < N and m < M:
+            if has_bias:
+                y += float32(bias[n]) if F16 else bf16.low_value(np.uint32(bias[n]))
+            if F16:
+                out[m * N + n] = y
+            else:
+                out[m * N + n] = bf16.to_bf16_bits(y)
+
+    @cuda.jit(device=True, inline=True)
+    def reduce_and_store(red, acc, warp, lane, kpart, stores, col0, g, t, N, M, bias, has_bias,
+                         out):
+        """Add the ``KS`` warps' partial sums of a column group and write them (where
+        ``stores``). Split-K: every warp publishes its sums in shared memory; slot ``j`` is then
+        summed in ``kpart`` order (a fixed order: the result does not depend on timing) by warp
+        ``kpart == j % KS`` of the group, which writes it — the ``4 x row tiles x tiles`` sums
+        spread over the group's warps instead of one warp doing all. Block-uniform."""
+        if KS == 1:
+            if stores:
+                for j in range(SLOTS_PER_WARP):
+                    store_slot(acc[j // (4 * MT), (j // 4) % MT, j % 4], j, col0, g, t, N, M,
+                               bias, has_bias, out)
+            return
         for c in range(C):
             for mt in range(MT):
                 for r in range(4):
-                    n = col0 + UTILE * _U(c) + g + _U8 * _U(r // 2)
-                    m = _U8 * _U(mt) + _U2 * t + _U(r & 1)
-                    if n < N and m < M:
-                        y = acc[c, mt, r]
-                        if has_bias:
-                            y += float32(bias[n]) if F16 else bf16.low_value(np.uint32(bias[n]))
-                        if F16:
-                            out[m * N + n] = y
-                        else:
-                            out[m * N + n] = bf16.to_bf16_bits(y)
-
-    @cuda.jit(device=True, inline=True)
-    def reduce_split_k(red, acc, warp, lane, kpart):
-        """Split-K: add the ``KS`` warps' partial sums of a column group in ``kpart`` order
-        (through shared memory; block-uniform: every thread of the block calls it)."""
-        if kpart != _U0:
-            for c in range(C):
-                for mt in range(MT):
-                    for r in range(4):
-                        red[warp, (c * MT + mt) * 4 + r, lane] = acc[c, mt, r]
+                    red[warp, (c * MT + mt) * 4 + r, lane] = acc[c, mt, r]
         cuda.syncthreads()
-        if kpart == _U0:
-            for q in range(1, KS):
-                for c in range(C):
-                    for mt in range(MT):
-                        for r in range(4):
-                            acc[c, mt, r] += red[warp + _U(q), (c * MT + mt) * 4 + r, lane]
-        cuda.syncthreads()
+        first = warp - kpart                    # the group's kpart-0 warp
+        for j in range(SLOTS_PER_WARP):
+            if stores and _U(j % KS) == kpart:  # warp-uniform
+                y = red[first, j, lane]
+                for q in range(1, KS):
+                    y += red[first + _U(q), j, lane]
+                store_slot(y, j, col0, g, t, N, M, bias, has_bias, out)
+        cuda.syncthreads()                      # before the next round overwrites red
 
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
 
@@ -355,10 +365,8 @@ def _compile(config):
                         issue_step(packed, scales, zero_points, cols, s0, seg_end, t, K, nb,
                                    nzb, row_bytes, raw, sv, zv)
                         prefetch_act(act, act_at, rows_ok, s0, seg_end, t, K)
-            if KS > 1:
-                reduce_split_k(red, acc, warp, lane, kpart)
-            if kpart == _U0 and grp < groups:
-                store(acc, col0, g, t, N, M, bias, has_bias, out)
+            reduce_and_store(red, acc, warp, lane, kpart, grp < groups, col0, g, t, N, M,
+                             bias, has_bias, out)
             blk += _U(cuda.gridDim.x)
 
     return kernel
