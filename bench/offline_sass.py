@@ -1,4 +1,4 @@
-"""SASS of the tensor-core kernel without a GPU: Numba → PTX on the CPU, ``ptxas`` → cubin, ``nvdisasm``.
+"""SASS of the tensor-core kernel without a GPU: Numba → PTX on the CPU, ptxas → cubin, nvdisasm.
 
     python -m bench.offline_sass N K M [--dtype bfloat16] [--set tiles=2 --set blocks_per_sm=2]
                                  [--sass FILE]
@@ -45,7 +45,6 @@ def summarize(sass: str) -> dict:
 
 
 def _compile(config, ptx_path):
-    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
     from numba import cuda, types
     from numba.cuda.cudadrv import nvrtc
 
@@ -74,6 +73,9 @@ def main(argv=None) -> int:
                     help="override a TensorCoreConfig field (ints; true/false for flags)")
     ap.add_argument("--sass", help="write the SASS listing here")
     args = ap.parse_args(argv)
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        ap.error("NUMBA_ENABLE_CUDASIM is set: the simulator compiles nothing; unset it "
+                 "(no GPU is needed: NUMBA_CUDA_DRIVER=none is enough without one)")
     from int4gemv.kernels.tensor_core_config import TensorCoreConfig, choose_config
 
     config = choose_config(args.M, args.N, args.K, args.block_size, args.dtype, args.zero_points)

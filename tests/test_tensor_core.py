@@ -336,3 +336,16 @@ def test_the_benchmark_selects_it_by_name():
     from int4gemv.benchmark import random_weight, time_gemv
     r = time_gemv(random_weight(32, 256, rng=1), M=4, tuning="tensor_core")
     assert r.kernel == "tensor_core" and r.ok and r.rel_err < 1e-2
+
+
+def test_offline_sass_summary_counts_up_to_the_first_unpredicated_weight_load():
+    from bench.offline_sass import summarize
+    sass = "\n".join([
+        "        /*0000*/                   LDC R1, c[0x0][0x28] ;",
+        "        /*0010*/              @!P0 LDG.E.NA.128.CONSTANT R4, desc[UR4][R2.64] ;",
+        "        /*0020*/                   IMAD R5, R5, 0x2, RZ ;",
+        "        /*0030*/                   LDG.E.NA.128.CONSTANT R8, desc[UR4][R2.64] ;",
+        "        /*0040*/                   HMMA.16816.F32 R12, R4, R8, R12 ;"])
+    s = summarize(sass)
+    assert s["static"] == 5 and s["before_first_full_weight_load"] == 3
+    assert s["mix"] == {"LDC": 1, "LDG": 2, "IMAD": 1, "HMMA": 1}
