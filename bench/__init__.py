@@ -17,6 +17,7 @@ Modules (one concept each):
 * :mod:`bench.autotune`       suite output: the ``int4gemv/autotune_table.json`` writer
 * :mod:`bench.eager_latency`  suite: eager per-call cost against the driver's launch floor (GPU)
 * :mod:`bench.probe_kernels`  suite: per-tuning timings, registers and SASS mix (GPU)
+* :mod:`bench.offline_sass`   the tensor-core kernel's registers, spills and SASS on a CPU (no GPU)
 * :mod:`bench.gpu_lifecycle_check` suite: lifecycle's tests on the real driver, then timings (GPU)
 * :mod:`bench.report`         reporting: terminal table and summary, JSON / text / PNG files
 * :mod:`bench.chart`          reporting: the PNG chart of a results document

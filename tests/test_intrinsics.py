@@ -4,11 +4,12 @@ The same kernel runs on the simulator (the stand-ins) and on a GPU (the PTX), so
 these expectations in both places is what makes a stand-in faithful."""
 
 import numpy as np
-from numba import cuda
+import pytest
+from numba import config, cuda
 
 from int4gemv.kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, pair_words, zero_point_constants
 from int4gemv.kernels.intrinsics import and_or
-from int4gemv.kernels.vector_loads import load4, load8, load16
+from int4gemv.kernels.vector_loads import load4, load8, load16, prefetch_l1
 
 LANES = 32
 
@@ -71,3 +72,20 @@ def test_no_zero_point_constants_are_those_of_eight():
     out = cuda.to_device(np.zeros(2, np.uint32))
     _constants_of[1, 1](8, out)
     assert tuple(out.copy_to_host()) == (NO_ZP_LOW, NO_ZP_HIGH)
+
+
+@cuda.jit
+def _prefetch_kernel(data, index, out):
+    """Prefetch element ``index`` of ``data`` into L1, then read it: the value is unchanged."""
+    prefetch_l1(data, np.uint64(index))
+    out[0] = data[index]
+
+
+def test_prefetch_l1_is_a_hint_and_its_stand_in_checks_the_index(rng):
+    data = cuda.to_device(rng.integers(0, 2**16, 300).astype(np.uint16))
+    out = cuda.to_device(np.zeros(1, np.uint16))
+    _prefetch_kernel[1, 1](data, 299, out)
+    assert out.copy_to_host()[0] == data.copy_to_host()[299]
+    if config.ENABLE_CUDASIM:   # the stand-in reads the element: a missing kernel guard fails here
+        with pytest.raises(IndexError):
+            _prefetch_kernel[1, 1](data, 300, out)

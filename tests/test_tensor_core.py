@@ -216,6 +216,7 @@ def test_n_tails(rng, N):
     (dict(double_buffer=True, unroll=2, ksplit=2), "bfloat16", 10),
     (dict(double_buffer=True, unroll=1, ksplit=4), "float16", 3),
     (dict(act_vector=False), "bfloat16", 3), (dict(ksplit=2, warps=4, blocks_per_sm=1), "float16", 3),
+    (dict(ksplit=8, unroll=1), "float16", 5),   # more K-split warps than segments and than sums
 ])
 def test_configuration_paths(rng, overrides, dtype, M):
     # K = 392: 4 segments (the last holds one word), so steps are full and partial, slices
@@ -241,6 +242,18 @@ def test_persistent_rounds_with_split_k(rng):
     config = TensorCoreConfig("bfloat16", 5, 64, True, ksplit=2, warps=4, blocks_per_sm=1)
     y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
     check(y, a, w, bias, "bfloat16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N, K, M, dtype", [(6144, 2048, 16, "float16"), (2048, 6144, 8, "bfloat16"),
+                                            (6144, 2048, 2, "bfloat16")])
+def test_decode_shapes_as_chosen_for_the_h200(rng, N, K, M, dtype):
+    # gate/up and down at the configuration the dispatcher chooses on 132 SMs (split-K, one
+    # step per warp, 3 blocks of 8 warps or one of 16 double-buffered): every element
+    a, w, bias = make(rng, N, K, 32, False, M, dtype)
+    y, config = run(a, w, bias, dtype, multiprocessors=132)
+    assert config.ksplit > 1
+    check(y, a, w, bias, dtype)
 
 
 def test_config_validates_itself():
@@ -323,3 +336,16 @@ def test_the_benchmark_selects_it_by_name():
     from int4gemv.benchmark import random_weight, time_gemv
     r = time_gemv(random_weight(32, 256, rng=1), M=4, tuning="tensor_core")
     assert r.kernel == "tensor_core" and r.ok and r.rel_err < 1e-2
+
+
+def test_offline_sass_summary_counts_up_to_the_first_unpredicated_weight_load():
+    from bench.offline_sass import summarize
+    sass = "\n".join([
+        "        /*0000*/                   LDC R1, c[0x0][0x28] ;",
+        "        /*0010*/              @!P0 LDG.E.NA.128.CONSTANT R4, desc[UR4][R2.64] ;",
+        "        /*0020*/                   IMAD R5, R5, 0x2, RZ ;",
+        "        /*0030*/                   LDG.E.NA.128.CONSTANT R8, desc[UR4][R2.64] ;",
+        "        /*0040*/                   HMMA.16816.F32 R12, R4, R8, R12 ;"])
+    s = summarize(sass)
+    assert s["static"] == 5 and s["before_first_full_weight_load"] == 3
+    assert s["mix"] == {"LDC": 1, "LDG": 2, "IMAD": 1, "HMMA": 1}

@@ -27,11 +27,17 @@ cores", lists that experiment).
 
 Work: a block's ``warps`` fold ``warps / ksplit`` column groups at once; the ``ksplit`` warps of
 a group each take a contiguous slice of the segments, then add their partial sums through shared
-memory in a fixed order (no atomics; the result does not depend on timing). The grid is
+memory in a fixed order (no atomics; the result does not depend on timing), each warp summing and
+writing a share of the group's outputs. The grid is
 persistent: block ``b`` takes block-rounds ``b, b + gridDim, ...``. A warp's step issues the
 weight, scale and zero-point loads of ``tiles x unroll`` segments before folding any; with
 ``double_buffer`` the next step's loads are issued before this step folds. A step that lies
 wholly inside K and the warp's slice (warp-uniform) runs without guards or clamps.
+
+Each step's activation lines are prefetched into L1 (``prefetch.global.L1``) with its weight
+loads, so the fold's activation loads hit L1 instead of each waiting for L2 in turn. Index math is
+unsigned 64-bit (no floor-division fix-ups or negative-index checks), and the first step's loads
+are issued before the activation offsets are computed (bench/NOTES.md, "Tensor cores v4").
 
 Tails: a segment word past the packed row is not loaded (zero); activations past K (whole 8-element
 chunks: K % 8 == 0) or in rows >= M are zero, so padding nibbles add exactly 0; columns past N are
@@ -52,7 +58,7 @@ from .mma import mma_bf16, mma_f16
 from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, scaled_pair_f16,
                         zero_point_offset_bf16, zero_point_offset_f16)
 from .tensor_core_config import SEGMENT, TILE_COLS, TensorCoreConfig
-from .vector_loads import load8, load16, load16_stream
+from .vector_loads import load8, load16, load16_stream, prefetch_l1
 
 __all__ = ["tensor_core_kernel"]
 
@@ -60,9 +66,18 @@ _Z = np.uint32(0)
 _SIXTEEN = np.uint32(16)
 _FOUR = np.uint32(4)
 _NIBBLE = np.uint32(15)
-#: Bytes of one lane's K range in a segment (32 nibbles).
-_LANE_BYTES = 16
-_SEGMENT_BYTES = SEGMENT // 2
+#: Index math is unsigned 64-bit throughout: Python's signed ``//`` and negative-index wrap
+#: cost ptxas 3-4 fix-up instructions per division and per array index, and the kernel's
+#: prologue ran ~400 instructions before its first weight load (bench/NOTES.md, "v4").
+_U = np.uint64
+_U0, _U1, _U2, _U4, _U8 = _U(0), _U(1), _U(2), _U(4), _U(8)
+#: Bytes of one lane's K range in a segment (32 nibbles), and of a segment.
+_LANE_BYTES = _U(16)
+_SEGMENT_BYTES = _U(SEGMENT // 2)
+#: K elements of one lane's range in a segment.
+_LANE_K = _U(32)
+_USEGMENT = _U(SEGMENT)
+_WARP = _U(32)
 
 
 def tensor_core_kernel(config: TensorCoreConfig):
@@ -91,10 +106,13 @@ def _compile(config):
     FULL_ROWS = config.M == 8 * MT               # every row of the row tiles exists
     W_VEC, ACT_VEC = config.weight_vector, config.act_vector
     P = 2 if BS == 16 else 1                    # scale groups in a lane's 32 elements
-    GROUP_COLS = TILE_COLS * C
     NO_ZP = NO_ZP_OFFSET_F16 if F16 else NO_ZP_OFFSET_BF16
     mma = mma_f16 if F16 else mma_bf16
-    RED = (WARPS, C * MT * 4, 32) if KS > 1 else (1, 1, 1)
+    SLOTS_PER_WARP = C * MT * 4                # accumulators a lane holds
+    RED = (WARPS, SLOTS_PER_WARP, 32) if KS > 1 else (1, 1, 1)
+    # the same constants as unsigned 64-bit values, for the index math
+    UBS, UU, UKS, USLOTS = _U(BS), _U(U), _U(KS), _U(SLOTS)
+    UGROUP_COLS, UTILE = _U(TILE_COLS * C), _U(TILE_COLS)
 
     @cuda.jit(device=True, inline=True)
     def load_weights(packed, offset, second, valid):
@@ -105,21 +123,22 @@ def _compile(config):
         if W_VEC:   # read once: kept out of L1, which holds the activations every warp re-reads
             return load16_stream(packed, offset)
         lo = load8(packed, offset)
-        hi = load8(packed, offset + 8) if second else (_Z, _Z)
+        hi = load8(packed, offset + _U8) if second else (_Z, _Z)
         return (lo[0], lo[1], hi[0], hi[1])
 
     @cuda.jit(device=True, inline=True)
     def load_act(act, offset, valid):
-        """8 activations from element ``offset`` as 4 uint32 pairs; zeros unless ``valid``."""
+        """8 activations from element ``offset`` (uint64) as 4 uint32 pairs; zeros unless
+        ``valid``."""
         if not valid:
             return (_Z, _Z, _Z, _Z)
         o = offset
         if ACT_VEC:
             return load16(act, o)
-        return (np.uint32(act[o]) | (np.uint32(act[o + 1]) << _SIXTEEN),
-                np.uint32(act[o + 2]) | (np.uint32(act[o + 3]) << _SIXTEEN),
-                np.uint32(act[o + 4]) | (np.uint32(act[o + 5]) << _SIXTEEN),
-                np.uint32(act[o + 6]) | (np.uint32(act[o + 7]) << _SIXTEEN))
+        return (np.uint32(act[o]) | (np.uint32(act[o + _U1]) << _SIXTEEN),
+                np.uint32(act[o + _U2]) | (np.uint32(act[o + _U(3)]) << _SIXTEEN),
+                np.uint32(act[o + _U4]) | (np.uint32(act[o + _U(5)]) << _SIXTEEN),
+                np.uint32(act[o + _U(6)]) | (np.uint32(act[o + _U(7)]) << _SIXTEEN))
 
     @cuda.jit(device=True, inline=True)
     def group_constants(scales, zero_points, n, gi, nb, nzb):
@@ -127,8 +146,8 @@ def _compile(config):
         s = np.uint32(scales[n * nb + gi])
         s2 = s | (s << _SIXTEEN)
         if ZP:
-            byte = np.uint32(zero_points[n * nzb + (gi >> 1)])
-            zp = (byte >> np.uint32((gi & 1) * 4)) & _NIBBLE
+            byte = np.uint32(zero_points[n * nzb + (gi >> _U1)])
+            zp = (byte >> np.uint32((gi & _U1) * _U4)) & _NIBBLE
             z = zero_point_offset_f16(zp) if F16 else zero_point_offset_bf16(zp)
         else:
             z = NO_ZP
@@ -144,17 +163,17 @@ def _compile(config):
             for h in range(2):
                 n = cols[c, h]
                 for u in range(U):
-                    s = s0 + u
+                    s = s0 + _U(u)
                     within = _SEGMENT_BYTES * s + _LANE_BYTES * t
                     x = load_weights(packed, n * row_bytes + within,
-                                     full or within + 8 < row_bytes,
+                                     full or within + _U8 < row_bytes,
                                      full or (s < seg_end and within < row_bytes))
                     for i in range(4):
                         raw[c, h, u, i] = x[i]
                     for p in range(P):
-                        gi = (SEGMENT * s + 32 * t) // BS + p
+                        gi = (_USEGMENT * s + _LANE_K * t) // UBS + _U(p)
                         s2, z = group_constants(scales, zero_points, n,
-                                                gi if full else min(gi, nb - 1), nb, nzb)
+                                                gi if full else min(gi, nb - _U1), nb, nzb)
                         sv[c, h, u, p] = s2
                         zv[c, h, u, p] = z
 
@@ -172,13 +191,13 @@ def _compile(config):
         exists)."""
         xs = cuda.local.array((MT, 4), np.uint32)
         for u in range(U):
-            s = s0 + u
+            s = s0 + _U(u)
             if full or s < seg_end:
                 for i in range(4):
-                    k = SEGMENT * s + 8 * i
+                    k = _USEGMENT * s + _U8 * _U(i)
                     for mt in range(MT):
                         x = load_act(act, act_at[mt] + k,
-                                     rows_ok[mt] and (full or k + 32 * t < K))
+                                     rows_ok[mt] and (full or k + _LANE_K * t < K))
                         for e in range(4):
                             xs[mt, e] = x[e]
                     p = i // 2 if P == 2 else 0
@@ -198,7 +217,7 @@ def _compile(config):
 
     @cuda.jit(device=True, inline=True)
     def step_is_full(s0, seg_end, K):
-        return s0 + U <= seg_end and SEGMENT * (s0 + U) <= K
+        return s0 + UU <= seg_end and _USEGMENT * (s0 + UU) <= K
 
     @cuda.jit(device=True, inline=True)
     def issue_step(packed, scales, zero_points, cols, s0, seg_end, t, K, nb, nzb, row_bytes,
@@ -218,46 +237,80 @@ def _compile(config):
             fold(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc, False)
 
     @cuda.jit(device=True, inline=True)
-    def store(acc, col0, g, t, N, M, bias, has_bias, out):
-        """Write the group's outputs (+ bias): d0, d1 column g, d2, d3 column g + 8."""
+    def prefetch_act(act, act_at, rows_ok, s0, seg_end, t, K):
+        """Bring the activation lines of the step at ``s0`` into L1 (this lane's 64 bytes of
+        each row and segment), issued with the step's weight loads: the fold's activation loads
+        then hit L1 instead of each waiting for L2 in turn (bench/NOTES.md, "v4")."""
+        full = step_is_full(s0, seg_end, K)
+        for u in range(U):
+            k = _USEGMENT * (s0 + _U(u))
+            if full or (s0 + _U(u) < seg_end and k + _LANE_K * t < K):
+                for mt in range(MT):
+                    if rows_ok[mt]:
+                        prefetch_l1(act, act_at[mt] + k)
+
+    @cuda.jit(device=True, inline=True)
+    def store_slot(y, j, col0, g, t, N, M, bias, has_bias, out):
+        """Write accumulator slot ``j`` (``acc[c, mt, r]``, ``j = (c * MT + mt) * 4 + r``) of the
+        group (+ bias): d0, d1 are column g, d2, d3 column g + 8."""
+        c, mt, r = j // (4 * MT), (j // 4) % MT, j % 4
+        n = col0 + UTILE * _U(c) + g + _U8 * _U(r // 2)
+        m = _U8 * _U(mt) + _U2 * t + _U(r & 1)
+        if n < N and m < M:
+            if has_bias:
+                y += float32(bias[n]) if F16 else bf16.low_value(np.uint32(bias[n]))
+            if F16:
+                out[m * N + n] = y
+            else:
+                out[m * N + n] = bf16.to_bf16_bits(y)
+
+    @cuda.jit(device=True, inline=True)
+    def reduce_and_store(red, acc, warp, lane, kpart, stores, col0, g, t, N, M, bias, has_bias,
+                         out):
+        """Add the ``KS`` warps' partial sums of a column group and write them (where
+        ``stores``). Split-K: every warp publishes its sums in shared memory; slot ``j`` is then
+        summed in ``kpart`` order (a fixed order: the result does not depend on timing) by warp
+        ``kpart == j % KS`` of the group, which writes it — the ``4 x row tiles x tiles`` sums
+        spread over the group's warps instead of one warp doing all. Block-uniform."""
+        if KS == 1:
+            if stores:
+                for j in range(SLOTS_PER_WARP):
+                    store_slot(acc[j // (4 * MT), (j // 4) % MT, j % 4], j, col0, g, t, N, M,
+                               bias, has_bias, out)
+            return
         for c in range(C):
             for mt in range(MT):
                 for r in range(4):
-                    n = col0 + TILE_COLS * c + g + 8 * (r // 2)
-                    m = 8 * mt + 2 * t + (r & 1)
-                    if n < N and m < M:
-                        y = acc[c, mt, r]
-                        if has_bias:
-                            y += float32(bias[n]) if F16 else bf16.low_value(np.uint32(bias[n]))
-                        if F16:
-                            out[m * N + n] = y
-                        else:
-                            out[m * N + n] = bf16.to_bf16_bits(y)
+                    red[warp, (c * MT + mt) * 4 + r, lane] = acc[c, mt, r]
+        cuda.syncthreads()
+        first = warp - kpart                    # the group's kpart-0 warp
+        for j in range(SLOTS_PER_WARP):
+            if stores and _U(j % KS) == kpart:  # warp-uniform
+                y = red[first, j, lane]
+                for q in range(1, KS):
+                    y += red[first + _U(q), j, lane]
+                store_slot(y, j, col0, g, t, N, M, bias, has_bias, out)
+        cuda.syncthreads()                      # before the next round overwrites red
 
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
 
     @cuda.jit(**bounds)
-    def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N, M):
-        lane = cuda.threadIdx.x % 32
-        warp = cuda.threadIdx.x // 32
-        g, t = lane >> 2, lane & 3
-        kpart, slot = warp % KS, warp // KS
-        nseg = (K + SEGMENT - 1) // SEGMENT
-        nb = (K + BS - 1) // BS                 # quantization groups per column
-        nzb = (nb + 1) // 2
-        row_bytes = nb * (BS // 2)
-        per_warp = (nseg + KS - 1) // KS
-        seg_begin = kpart * per_warp
+    def kernel(act, packed, scales, zero_points, bias, has_bias, out, K_, N_, M_):
+        K, N, M = _U(K_), _U(N_), _U(M_)
+        tid = _U(cuda.threadIdx.x)
+        lane, warp = tid % _WARP, tid // _WARP
+        g, t = lane >> _U2, lane & _U(3)
+        kpart, slot = warp % UKS, warp // UKS
+        nseg = (K + _USEGMENT - _U1) // _USEGMENT
+        nb = (K + UBS - _U1) // UBS             # quantization groups per column
+        nzb = (nb + _U1) // _U2
+        row_bytes = nb * (UBS // _U2)
+        per_warp = (nseg + UKS - _U1) // UKS
+        seg_begin = min(nseg, kpart * per_warp)
         seg_end = min(nseg, seg_begin + per_warp)
-        steps = (per_warp + U - 1) // U
-        groups = (N + GROUP_COLS - 1) // GROUP_COLS
-        rounds = (groups + SLOTS - 1) // SLOTS
-        act_at = cuda.local.array(MT, np.int64)     # hoisted: this lane's row and K offset
-        rows_ok = cuda.local.array(MT, np.bool_)
-        for mt in range(MT):
-            rows_ok[mt] = FULL_ROWS or 8 * mt + g < M
-            act_at[mt] = (8 * mt + g) * K + 32 * t
-        cols = cuda.local.array((C, 2), np.int64)
+        groups = (N + UGROUP_COLS - _U1) // UGROUP_COLS
+        rounds = (groups + USLOTS - _U1) // USLOTS
+        cols = cuda.local.array((C, 2), np.uint64)
         raw = cuda.local.array((C, 2, U, 4), np.uint32)
         sv = cuda.local.array((C, 2, U, P), np.uint32)
         zv = cuda.local.array((C, 2, U, P), np.uint32)
@@ -265,58 +318,55 @@ def _compile(config):
         sv2 = cuda.local.array((C, 2, U, P) if DOUBLE else (1, 1, 1, 1), np.uint32)
         zv2 = cuda.local.array((C, 2, U, P) if DOUBLE else (1, 1, 1, 1), np.uint32)
         acc = cuda.local.array((C, MT, 4), float32)
+        act_at = cuda.local.array(MT, np.uint64)    # this lane's activation offsets, rows
+        rows_ok = cuda.local.array(MT, np.bool_)
         red = cuda.shared.array(RED, float32)
-        blk = cuda.blockIdx.x
+        blk = _U(cuda.blockIdx.x)
         while blk < rounds:                     # block-uniform: the reduction syncs the block
-            grp = blk * SLOTS + slot
-            col0 = grp * GROUP_COLS
+            grp = blk * USLOTS + slot
+            col0 = grp * UGROUP_COLS
             for c in range(C):
                 for h in range(2):
-                    cols[c, h] = min(col0 + TILE_COLS * c + 8 * h + g, N - 1)
+                    cols[c, h] = min(col0 + UTILE * _U(c) + _U8 * _U(h) + g, N - _U1)
                 for mt in range(MT):
                     for r in range(4):
                         acc[c, mt, r] = float32(0.0)
             if grp < groups and seg_begin < seg_end:    # warp-uniform
+                # the first step's loads go out before anything else is computed
+                issue_step(packed, scales, zero_points, cols, seg_begin, seg_end, t, K, nb,
+                           nzb, row_bytes, raw, sv, zv)
+                for mt in range(MT):
+                    rows_ok[mt] = FULL_ROWS or _U8 * _U(mt) + g < M
+                    act_at[mt] = (_U8 * _U(mt) + g) * K + _LANE_K * t
+                s0 = seg_begin
+                prefetch_act(act, act_at, rows_ok, s0, seg_end, t, K)
                 if DOUBLE:  # the next step's loads are in flight while this one folds
-                    issue_step(packed, scales, zero_points, cols, seg_begin, seg_end, t, K, nb,
-                               nzb, row_bytes, raw, sv, zv)
-                    st = 0
-                    while st < steps:
-                        s0 = seg_begin + st * U
-                        if st + 1 < steps:
-                            issue_step(packed, scales, zero_points, cols, s0 + U, seg_end, t, K,
-                                       nb, nzb, row_bytes, raw2, sv2, zv2)
+                    while s0 < seg_end:
+                        if s0 + UU < seg_end:
+                            issue_step(packed, scales, zero_points, cols, s0 + UU, seg_end, t,
+                                       K, nb, nzb, row_bytes, raw2, sv2, zv2)
+                            prefetch_act(act, act_at, rows_ok, s0 + UU, seg_end, t, K)
                         fold_step(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc)
-                        st += 1
-                        if st < steps:
-                            if st + 1 < steps:
-                                issue_step(packed, scales, zero_points, cols, s0 + 2 * U,
-                                           seg_end, t, K, nb, nzb, row_bytes, raw, sv, zv)
-                            fold_step(act, act_at, rows_ok, s0 + U, seg_end, t, K, raw2, sv2,
-                                      zv2, acc)
-                            st += 1
+                        s0 += UU
+                        if s0 < seg_end:
+                            if s0 + UU < seg_end:
+                                issue_step(packed, scales, zero_points, cols, s0 + UU, seg_end,
+                                           t, K, nb, nzb, row_bytes, raw, sv, zv)
+                                prefetch_act(act, act_at, rows_ok, s0 + UU, seg_end, t, K)
+                            fold_step(act, act_at, rows_ok, s0, seg_end, t, K, raw2, sv2, zv2,
+                                      acc)
+                            s0 += UU
                 else:
-                    for st in range(steps):
-                        s0 = seg_begin + st * U
+                    while True:
+                        fold_step(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc)
+                        s0 += UU
+                        if s0 >= seg_end:
+                            break
                         issue_step(packed, scales, zero_points, cols, s0, seg_end, t, K, nb,
                                    nzb, row_bytes, raw, sv, zv)
-                        fold_step(act, act_at, rows_ok, s0, seg_end, t, K, raw, sv, zv, acc)
-            if KS > 1:                          # split-K: add the slices in kpart order
-                if kpart != 0:
-                    for c in range(C):
-                        for mt in range(MT):
-                            for r in range(4):
-                                red[warp, (c * MT + mt) * 4 + r, lane] = acc[c, mt, r]
-                cuda.syncthreads()
-                if kpart == 0:
-                    for q in range(1, KS):
-                        for c in range(C):
-                            for mt in range(MT):
-                                for r in range(4):
-                                    acc[c, mt, r] += red[warp + q, (c * MT + mt) * 4 + r, lane]
-                cuda.syncthreads()
-            if kpart == 0 and grp < groups:
-                store(acc, col0, g, t, N, M, bias, has_bias, out)
-            blk += cuda.gridDim.x
+                        prefetch_act(act, act_at, rows_ok, s0, seg_end, t, K)
+            reduce_and_store(red, acc, warp, lane, kpart, grp < groups, col0, g, t, N, M,
+                             bias, has_bias, out)
+            blk += _U(cuda.gridDim.x)
 
     return kernel

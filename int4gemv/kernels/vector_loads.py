@@ -10,6 +10,11 @@ it. The data must not be written while the kernel runs (the ``.nc`` read-only pa
 
 On Numba's simulator the same functions read the array element by element and assemble the
 words, so the kernels using them run unchanged (and slowly) on a CPU.
+
+:func:`prefetch_l1` is ``prefetch.global.L1``: a hint that brings the cache line holding element
+``index`` into L1, so that a later load of it hits there instead of waiting for L2. Nothing waits
+for it and it changes no value; the simulator's stand-in reads the element, so an index outside
+the array (a missing guard in the kernel) fails there as a load would.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 
 from .intrinsics import SIMULATED
 
-__all__ = ["load16", "load8", "load4", "load16_stream"]
+__all__ = ["load16", "load8", "load4", "load16_stream", "prefetch_l1"]
 
 if SIMULATED:
 
@@ -43,6 +48,10 @@ if SIMULATED:
     def load4(array, index):
         """The 4 bytes from element ``index`` of ``array`` as a 1-tuple of uint32 (4-byte aligned)."""
         return _words(array, index, 4)
+
+    def prefetch_l1(array, index):
+        """No cache here: reads element ``index`` (an index outside the array raises)."""
+        array[int(index)]
 
 else:
     from llvmlite import ir
@@ -87,3 +96,20 @@ else:
                              "once, kept out of L1 (which then holds data that is reused).")
     load4 = intrinsic(_vector_load(1))
     load4.__doc__ = "``ld.global.nc.u32``: 4 bytes from element ``index`` as a 1-tuple (4-byte aligned)."
+
+    @intrinsic
+    def prefetch_l1(typingctx, array, index):
+        """``prefetch.global.L1``: the line holding element ``index`` of a 1-D array into L1."""
+        if not isinstance(array, types.Array) or array.ndim != 1:
+            return None
+
+        def codegen(context, builder, signature, args):
+            aryty, idxty = signature.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            idx = context.cast(builder, args[1], idxty, types.int64)
+            address = builder.ptrtoint(builder.gep(ary.data, [idx]), _I64)
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64]),
+                               "prefetch.global.L1 [$0];", "l", side_effect=True)
+            builder.call(asm, [address])
+            return context.get_dummy_value()
+        return types.void(array, index), codegen
