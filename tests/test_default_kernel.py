@@ -232,3 +232,23 @@ def test_m1_unroll_is_the_largest_that_does_not_spill(dtype, bs):
     for zp in (False, True):
         assert choose_config(1, 151936, 2048, bs, dtype, zp).unroll == (1 if zp else 2)
     assert choose_config(2, 151936, 2048, bs, dtype, False).unroll == (1 if dtype == "bfloat16" else 2)
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+@pytest.mark.parametrize("scale", [2.0 ** -20, 2.0 ** 14, 1.0])
+def test_bf16_m1_activations_outside_the_fp16_range_fold_in_float32(rng, scale, pipeline):
+    # bf16 at M = 1 takes the fp16 arithmetic only where every activation of the lane is 0 or in
+    # [2**-14, 256): at 2**-20 the fp16 conversion would lose bits (subnormals, ~6 % error), at
+    # 2**14 the first product overflows fp16. Scale 1: lane stripe 0 (chunk 0) out of range and
+    # stripe 1 in range with exact zeros, so one launch runs both folds.
+    a, w, _ = make(rng, 5, 64, 32, False, 1, "bfloat16")
+    a64 = a.astype(np.float64) * scale
+    if scale == 1.0:
+        a64[0, :32] *= 2.0 ** 14
+        a64[0, 40:48] = 0.0
+    a = a64.astype(BF16)
+    base = choose_config(1, 5, 64, 32, "bfloat16", False, multiprocessors=2)
+    assert base.lanes == 2
+    config = DefaultConfig(**{**base.__dict__, "pipeline": pipeline})
+    y, _ = run(a, w, None, "bfloat16", config=config)
+    check(y, a, w, None, "bfloat16")

@@ -5,10 +5,17 @@ columns, so they can be re-paired (``(a0, a4), (a1, a5), (a2, a6), (a3, a7)`` pe
 PRMT, :func:`.half2.pair_words`) once for every column, and each weight word then needs no
 byte permute: ``(w & 0x000F000F) | 0x64006400`` already lines up with ``(a0, a4)``
 (:func:`.half2.dequant8`, one ``lop3`` and one HFMA2 per pair). Per word: 1 shift, 4 LOP3,
-4 HFMA2 (exact ``q - zp`` pairs) and 4 HFMA2 (products) for fp16; bf16 converts the exact fp16
-pairs to float32 (one HADD2.F32 per element) and multiplies them with the activations' float32
-values in FFMA (float32 accumulation: a bf16x2 product would round each term to 8 bits).
-fp16 sums 8 products per half (two words) before float32, as the M > 1 fold does.
+4 HFMA2 (exact ``q - zp`` pairs) and 4 HFMA2 (products); each half sums 8 products (two words)
+in fp16 before float32, as the M > 1 fold does.
+
+bf16 takes the same fp16 arithmetic when every activation of the lane is in the range where a
+bf16 value is an fp16 value and 8 products cannot overflow fp16 (:mod:`.bf16`: ``a = 0`` or
+``2**-14 <= |a| < 256``; the kernel tests the lane's activations once, before its first fold):
+the activations are converted to the re-paired fp16 words once per chunk for all columns (8
+shifts/masks and 4 ``cvt.rn.f16x2.f32`` per 8, instead of fp16's 4 PRMT), and every weight word
+costs what it costs in fp16. A lane with an activation outside that range folds in float32:
+the exact fp16 pairs converted to float32 (one HADD2.F32 per element) times the activations'
+float32 values in FFMA.
 """
 
 from __future__ import annotations
@@ -21,16 +28,57 @@ from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point
 from .intrinsics import half2_sum
 from .nibble_pairs import half_high, half_low
 
-__all__ = ["scalar_fold"]
+__all__ = ["scalar_fold", "half_range_lane"]
 
 _U0 = np.uint32(0)
 
 
+def half_range_lane(config, load_act):
+    """``in_range(act, s, nwords, nchunks)``: whether every activation of the chunks that lane
+    stripe ``s`` folds (``s, s + lanes, ...``) is in the fp16 range of :mod:`.bf16` (bf16 at
+    M = 1; ``load_act`` as in :func:`scalar_fold`). Words past K read as zeros (in range)."""
+    L = config.lanes
+
+    @cuda.jit(device=True, inline=True)
+    def in_range(act, s, nwords, nchunks):
+        bad = _U0
+        for j in range(s, nchunks, L):
+            for q in range(4):
+                x = load_act(act, 32 * j + 8 * q, 4 * j + q < nwords)
+                for i in range(4):
+                    bad |= bf16.outside_half_range(x[i])
+        return bad == _U0
+
+    return in_range
+
+
 def scalar_fold(config, load_act):
     """The M = 1 fold device function of ``config`` (a :class:`~.default_config.DefaultConfig`):
-    ``fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, full)`` adds one step's products to
-    ``acc[0, c]``. ``raw``/``sv``/``zv`` are what the default tiling's ``issue`` loaded, with the
-    zero points as nibbles; ``load_act(act, offset, valid)`` reads 8 activations (4 uint32)."""
+    ``fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, full, half)`` adds one step's products
+    to ``acc[0, c]``. ``raw``/``sv``/``zv`` are what the default tiling's ``issue`` loaded, with
+    the zero points as nibbles; ``load_act(act, offset, valid)`` reads 8 activations (4 uint32);
+    ``half`` (bf16 only; fp16 always is) selects the fp16 arithmetic, which the caller may pass
+    only when :func:`half_range_lane` holds for the lane."""
+    F16 = config.dtype == "float16"
+
+    fold_half = _fold(config, load_act, True)
+    fold_float = fold_half if F16 else _fold(config, load_act, False)
+
+    @cuda.jit(device=True, inline=True)
+    def fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, full, half):
+        """M = 1 form of the default tiling's fold (see the module docstring)."""
+        if F16:
+            fold_half(act, j0, nwords, nchunks, raw, sv, zv, acc, full)
+        elif half:
+            fold_half(act, j0, nwords, nchunks, raw, sv, zv, acc, full)
+        else:
+            fold_float(act, j0, nwords, nchunks, raw, sv, zv, acc, full)
+
+    return fold_m1
+
+
+def _fold(config, load_act, HALF):
+    """The fold in fp16 pair arithmetic (``HALF``) or in float32 (bf16 outside the fp16 range)."""
     F16 = config.dtype == "float16"
     C, L, U = config.cols, config.lanes, config.unroll
     ZP, TWO_GROUPS = config.zero_points, config.block_size == 16
@@ -42,10 +90,10 @@ def scalar_fold(config, load_act):
 
     @cuda.jit(device=True, inline=True)
     def word_dot(w, x, low, high, f):
-        """``f + sum a_i (q_i - zp)`` over the 8 nibbles of word ``w`` and the activations ``x``
-        (4 uint32 in memory order; bf16: their 8 float32 values). fp16: ``x`` are re-paired
-        half2 words and ``f`` a half2 accumulator; bf16: float32 throughout."""
-        if F16:
+        """``f + sum a_i (q_i - zp)`` over the 8 nibbles of word ``w`` and the activations ``x``.
+        ``HALF``: ``x`` are re-paired half2 words and ``f`` a half2 accumulator; else ``x`` are
+        the 8 float32 values and ``f`` float32."""
+        if HALF:
             return dot8(w, x[0], x[1], x[2], x[3], low, high, f)
         d0, d1, d2, d3 = dequant8(w, low, high)      # (q0, q4), (q1, q5), (q2, q6), (q3, q7)
         f += half_low(d0) * x[0]           # one FFMA per element
@@ -59,19 +107,22 @@ def scalar_fold(config, load_act):
 
     @cuda.jit(device=True, inline=True)
     def act_operand(x):
-        """8 activations (4 uint32 in memory order) as :func:`word_dot` takes them: fp16 re-paired
-        ``(a0,a4), (a1,a5), (a2,a6), (a3,a7)``; bf16 their float32 values ``a0 .. a7``."""
+        """8 activations (4 uint32 in memory order) as :func:`word_dot` takes them: re-paired
+        fp16 words ``(a0,a4), (a1,a5), (a2,a6), (a3,a7)`` (fp16: 4 PRMT; bf16: converted), or
+        (float32 fold) their float32 values ``a0 .. a7``."""
         if F16:
             return pair_words(x[0], x[1], x[2], x[3])
+        if HALF:
+            return bf16.half_pairs(x[0], x[1], x[2], x[3])
         return (bf16.low_value(x[0]), bf16.high_value(x[0]), bf16.low_value(x[1]),
                 bf16.high_value(x[1]), bf16.low_value(x[2]), bf16.high_value(x[2]),
                 bf16.low_value(x[3]), bf16.high_value(x[3]))
 
     @cuda.jit(device=True, inline=True)
-    def fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, full):
-        """M = 1 form of the default tiling's fold: the chunk's activations are loaded and re-paired once
-        for all ``C`` columns, and each word costs 1 shift, 4 LOP3 and 8 HFMA2 (fp16; no byte
-        permutes): ``(w & 0x000F000F)`` lines up with ``(a0, a4)`` (:mod:`.half2`)."""
+    def fold(act, j0, nwords, nchunks, raw, sv, zv, acc, full):
+        """The chunk's activations are loaded and converted once for all ``C`` columns; each
+        word costs 1 shift, 4 LOP3 and 8 HFMA2 (``HALF``; no byte permutes): ``(w & 0x000F000F)``
+        lines up with ``(a0, a4)`` (:mod:`.half2`)."""
         part = cuda.local.array(C, float32)
         for u in range(U):
             j_raw = j0 + u * L
@@ -82,7 +133,7 @@ def scalar_fold(config, load_act):
                                           full or 4 * j_raw + 2 * h + 1 < nwords))
                 for c in range(C):
                     low, high = offsets(zv[c, u, h] if TWO_GROUPS else zv[c, u, 0])
-                    if F16:
+                    if HALF:
                         t = word_dot(raw[c, u, 2 * h + 1], xb, low, high,
                                      word_dot(raw[c, u, 2 * h], xa, low, high, _U0))
                         f = half2_sum(t)
@@ -96,4 +147,4 @@ def scalar_fold(config, load_act):
                     else:
                         acc[0, c] += sv[c, u, 0] * (part[c] + f)
 
-    return fold_m1
+    return fold
