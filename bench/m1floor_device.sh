@@ -12,12 +12,12 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 
-timeout "${M1_S:-100}" python3 -m bench.targets --out "$out" --quick --m 1 --formats 32,16+zp \
-    --variants default,single_warp --configs "${CONFIGS:-c4u1b5p,c1u1b8p}" \
+timeout "${M1_S:-112}" python3 -m bench.targets --out "$out" --quick --m 1 --formats 32,16+zp \
+    --variants default,single_warp --configs "${CONFIGS:-c4u1b5p,c2u1b6p,c1u1b8p}" \
     --config-shapes lm_head,gate/up,down > "$out/targets-m1.log" 2>&1
 echo "targets M=1 exit $?"
 
-timeout "${TESTS_S:-30}" python3 -m pytest -q -p no:xdist -p no:cacheprovider --tb=short \
+timeout "${TESTS_S:-25}" python3 -m pytest -q -p no:xdist -p no:cacheprovider --tb=short \
     tests/test_intrinsics.py tests/test_default_kernel.py -k "intrinsics or bf16_m1" \
     > "$out/pytest-m1floor.log" 2>&1
 echo "pytest exit $?"; tail -3 "$out/pytest-m1floor.log"
