@@ -22,6 +22,7 @@ from numba import cuda
 
 import int4gemv as ig
 from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
+from int4gemv.kernels.default_m1 import half_range_pays
 
 BF16 = ml_dtypes.bfloat16
 DTYPES = {"float16": np.float16, "bfloat16": BF16}
@@ -234,21 +235,47 @@ def test_m1_unroll_is_the_largest_that_does_not_spill(dtype, bs):
     assert choose_config(2, 151936, 2048, bs, dtype, False).unroll == (1 if dtype == "bfloat16" else 2)
 
 
+def _walker(dtype, K, bs, zp, pipeline=False, unroll=1):
+    """One warp of two lanes per column (16 columns per group): with N = 65 it folds 5 column
+    groups, enough for bf16 to take the fp16 arithmetic (``HALF_MIN_GROUPS``)."""
+    rows16 = -(-K // bs) * bs // 2 % 16 == 0       # else two 8-byte loads per chunk
+    return DefaultConfig(dtype, 1, bs, zp, cols=1, lanes=2, unroll=unroll, warps=1,
+                         blocks_per_sm=1, pipeline=pipeline, weight_vector=rows16)
+
+
+def test_bf16_m1_takes_the_fp16_arithmetic_only_where_warps_fold_several_groups():
+    # The H200 geometry (132 SMs): lm_head's warps fold 18 groups; gate/up's and k/v's at most 1.
+    assert half_range_pays(37984, 132 * 4 * 4)           # lm_head, c4 u2 b4
+    assert not half_range_pays(1536, 132 * 4 * 4)       # gate/up, c4 u2 b4
+    assert not half_range_pays(1024, 132 * 8 * 4)       # k/v, c1 u2 b8
+    assert half_range_pays(5, 1) and not half_range_pays(3, 1)   # _walker's grid, and one short
+
+
+@pytest.mark.parametrize("bs", ig.BLOCK_SIZES)
+@pytest.mark.parametrize("zp", [False, True])
+def test_bf16_m1_fp16_arithmetic_every_format(rng, bs, zp):
+    # Every activation in range: the fp16 fold for every block size and zero-point setting,
+    # K = 2 bs + 8 (a partial last group, a last chunk of one word), several steps per lane.
+    a, w, bias = make(rng, 65, 2 * bs + 8, bs, zp, 1, "bfloat16")
+    y, _ = run(a, w, bias, "bfloat16", config=_walker("bfloat16", 2 * bs + 8, bs, zp, unroll=2),
+               multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")
+
+
 @pytest.mark.parametrize("pipeline", [False, True])
 @pytest.mark.parametrize("scale", [2.0 ** -20, 2.0 ** 14, 1.0])
 def test_bf16_m1_activations_outside_the_fp16_range_fold_in_float32(rng, scale, pipeline):
     # bf16 at M = 1 takes the fp16 arithmetic only where every activation of the lane is 0 or in
     # [2**-14, 256): at 2**-20 the fp16 conversion would lose bits (subnormals, ~6 % error), at
-    # 2**14 the first product overflows fp16. Scale 1: lane stripe 0 (chunk 0) out of range and
-    # stripe 1 in range with exact zeros, so one launch runs both folds.
-    a, w, _ = make(rng, 5, 64, 32, False, 1, "bfloat16")
+    # 2**14 the first product overflows fp16. Scale 1: lane stripe 0 out of range in its second
+    # unrolled chunk only (chunk 2 of 4; two lanes per column, unroll 2) and stripe 1 in range
+    # with exact zeros, so one launch runs both folds.
+    a, w, _ = make(rng, 65, 128, 32, False, 1, "bfloat16")
     a64 = a.astype(np.float64) * scale
     if scale == 1.0:
-        a64[0, :32] *= 2.0 ** 14
+        a64[0, 64:96] *= 2.0 ** 14
         a64[0, 40:48] = 0.0
     a = a64.astype(BF16)
-    base = choose_config(1, 5, 64, 32, "bfloat16", False, multiprocessors=2)
-    assert base.lanes == 2
-    config = DefaultConfig(**{**base.__dict__, "pipeline": pipeline})
-    y, _ = run(a, w, None, "bfloat16", config=config)
+    config = _walker("bfloat16", 128, 32, False, pipeline, unroll=2)
+    y, _ = run(a, w, None, "bfloat16", config=config, multiprocessors=1)
     check(y, a, w, None, "bfloat16")

@@ -36,7 +36,8 @@ float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the re-paired dequant (no PRMT)
 activations re-paired once per chunk for all columns, about 2.6 instructions per element (fp16,
 SASS). fp16 sums 8 products per half in fp16, then float32; bf16 at M > 1 multiplies and
 accumulates in float32, at M = 1 it takes the fp16 arithmetic when every activation of the lane
-is in fp16's exact range (tested once per lane; else float32). Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
+is in fp16's exact range (tested once per lane, in grids of several column groups per warp;
+else float32). Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
 
 Tails. A word (8 elements) past K gets zero activations (never loaded), so the padding nibbles
 of a last partial block add exactly 0; chunk indices past the column are clamped to a valid
@@ -52,7 +53,7 @@ from numba import cuda, float32
 from . import bf16
 from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
                              choose_config, geometry)
-from .default_m1 import half_range_lane, scalar_fold
+from .default_m1 import half_range_lane, half_range_pays, scalar_fold
 from .intrinsics import (SIMULATED, allow_next_grid, half2_fma, half2_sum, shfl_xor,
                          wait_for_previous_grid)
 from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
@@ -186,6 +187,7 @@ def default_kernel(config: DefaultConfig):
 
     fold_m1 = scalar_fold(config, load_act)
     in_half_range = half_range_lane(config, load_act)
+    pays = cuda.jit(device=True, inline=True)(half_range_pays)
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out):
@@ -278,7 +280,9 @@ def default_kernel(config: DefaultConfig):
             if PDL:  # the first weights are in flight while the previous grid ends
                 wait_for_previous_grid()
             # bf16: the lane's activations are tested while its first loads are in flight
-            half = in_half_range(act, s, nwords, nchunks) if RANGE_CHECK else True
+            half = not RANGE_CHECK
+            if RANGE_CHECK and pays(groups, stride):
+                half = in_half_range(act, s, nwords, steps)
             while ga < groups:
                 gb, sb = (ga, sa + 1) if sa + 1 < steps else (ga + stride, 0)
                 if gb < groups:
@@ -299,7 +303,7 @@ def default_kernel(config: DefaultConfig):
             return
         waited = not PDL
         half = not RANGE_CHECK        # bf16: set by the first step, after the wait
-        checked = not RANGE_CHECK
+        checked = not RANGE_CHECK or not pays(groups, stride)
         while g < groups:
             for st in range(steps):
                 issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
@@ -308,7 +312,7 @@ def default_kernel(config: DefaultConfig):
                     wait_for_previous_grid()
                     waited = True
                 if not checked:  # bf16: the lane's activations, tested while those loads fly
-                    half = in_half_range(act, s, nwords, nchunks)
+                    half = in_half_range(act, s, nwords, steps)
                     checked = True
                 fold_step(act, st, s, nwords, nchunks, K, raw, sv, zv, acc, half)
             finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out)

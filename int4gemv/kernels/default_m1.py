@@ -10,7 +10,8 @@ in fp16 before float32, as the M > 1 fold does.
 
 bf16 takes the same fp16 arithmetic when every activation of the lane is in the range where a
 bf16 value is an fp16 value and 8 products cannot overflow fp16 (:mod:`.bf16`: ``a = 0`` or
-``2**-14 <= |a| < 256``; the kernel tests the lane's activations once, before its first fold):
+``2**-14 <= |a| < 256``; the kernel tests the lane's activations once, before its first fold,
+in warps that fold at least :data:`HALF_MIN_GROUPS` column groups, where that pass pays):
 the activations are converted to the re-paired fp16 words once per chunk for all columns (8
 shifts/masks and 4 ``cvt.rn.f16x2.f32`` per 8, instead of fp16's 4 PRMT), and every weight word
 costs what it costs in fp16. A lane with an activation outside that range folds in float32:
@@ -28,25 +29,41 @@ from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point
 from .intrinsics import half2_sum
 from .nibble_pairs import half_high, half_low
 
-__all__ = ["scalar_fold", "half_range_lane"]
+__all__ = ["scalar_fold", "half_range_lane", "half_range_pays", "HALF_MIN_GROUPS"]
 
 _U0 = np.uint32(0)
 
+#: bf16 at M = 1 takes the fp16 arithmetic only in warps of a grid with at least this many column
+#: groups per warp. The range test is one more pass over the lane's activations before its first
+#: fold: latency that a warp with one group cannot hide (H200, commit 93b2d80: k/v bf16 3.33 ->
+#: 4.26 us, q/o 4.41 -> 5.17 with the test in every warp; bench/NOTES.md). lm_head's warps fold
+#: 18 groups (37984 groups of 4 columns over 2112 warps), the other decode shapes' at most 2.
+HALF_MIN_GROUPS = 4
+
+
+def half_range_pays(groups, stride):
+    """Whether a grid of ``stride`` warps over ``groups`` column groups tests its lanes'
+    activations for the fp16 arithmetic (bf16 at M = 1; :data:`HALF_MIN_GROUPS`)."""
+    return groups >= HALF_MIN_GROUPS * stride
+
 
 def half_range_lane(config, load_act):
-    """``in_range(act, s, nwords, nchunks)``: whether every activation of the chunks that lane
-    stripe ``s`` folds (``s, s + lanes, ...``) is in the fp16 range of :mod:`.bf16` (bf16 at
-    M = 1; ``load_act`` as in :func:`scalar_fold`). Words past K read as zeros (in range)."""
-    L = config.lanes
+    """``in_range(act, s, nwords, steps)``: whether every activation of the chunks that lane
+    stripe ``s`` folds (``s + (t * unroll + u) * lanes`` for each step ``t``) is in the fp16 range
+    of :mod:`.bf16` (bf16 at M = 1; ``load_act`` as in :func:`scalar_fold`). A step's loads are
+    issued together; words past K read as zeros (in range, not loaded)."""
+    L, U = config.lanes, config.unroll
 
     @cuda.jit(device=True, inline=True)
-    def in_range(act, s, nwords, nchunks):
+    def in_range(act, s, nwords, steps):
         bad = _U0
-        for j in range(s, nchunks, L):
-            for q in range(4):
-                x = load_act(act, 32 * j + 8 * q, 4 * j + q < nwords)
-                for i in range(4):
-                    bad |= bf16.outside_half_range(x[i])
+        for t in range(steps):
+            for u in range(U):
+                j = s + (t * U + u) * L
+                for q in range(4):
+                    x = load_act(act, 32 * j + 8 * q, 4 * j + q < nwords)
+                    for i in range(4):
+                        bad |= bf16.outside_half_range(x[i])
         return bad == _U0
 
     return in_range
