@@ -279,3 +279,14 @@ def test_bf16_m1_activations_outside_the_fp16_range_fold_in_float32(rng, scale, 
     config = _walker("bfloat16", 128, 32, False, pipeline, unroll=2)
     y, _ = run(a, w, None, "bfloat16", config=config, multiprocessors=1)
     check(y, a, w, None, "bfloat16")
+
+
+def test_bf16_m1_fp16_arithmetic_at_the_lm_head_configuration(rng):
+    # lm_head's bf16 choice on the H200 (4 columns, 32 lanes, unroll 2) with one warp walking 4
+    # column groups (so it takes the fp16 fold), the last one partial; K = 2048: one full step.
+    base = choose_config(1, 151936, 2048, 32, "bfloat16", False)
+    assert (base.cols, base.lanes, base.unroll) == (4, 32, 2)
+    a, w, bias = make(rng, 13, 2048, 32, False, 1, "bfloat16")
+    config = DefaultConfig(**{**base.__dict__, "warps": 1, "blocks_per_sm": 1})
+    y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")
