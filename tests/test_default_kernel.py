@@ -22,7 +22,7 @@ from numba import cuda
 
 import int4gemv as ig
 from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
-from int4gemv.kernels.default_m1 import half_range_pays
+from int4gemv.kernels.default_m1 import STAGE_MAX_K, half_range_pays
 
 BF16 = ml_dtypes.bfloat16
 DTYPES = {"float16": np.float16, "bfloat16": BF16}
@@ -265,11 +265,10 @@ def test_bf16_m1_fp16_arithmetic_every_format(rng, bs, zp):
 @pytest.mark.parametrize("pipeline", [False, True])
 @pytest.mark.parametrize("scale", [2.0 ** -20, 2.0 ** 14, 1.0])
 def test_bf16_m1_activations_outside_the_fp16_range_fold_in_float32(rng, scale, pipeline):
-    # bf16 at M = 1 takes the fp16 arithmetic only where every activation of the lane is 0 or in
+    # bf16 at M = 1 takes the fp16 arithmetic only where every activation of the row is 0 or in
     # [2**-14, 256): at 2**-20 the fp16 conversion would lose bits (subnormals, ~6 % error), at
-    # 2**14 the first product overflows fp16. Scale 1: lane stripe 0 out of range in its second
-    # unrolled chunk only (chunk 2 of 4; two lanes per column, unroll 2) and stripe 1 in range
-    # with exact zeros, so one launch runs both folds.
+    # 2**14 the first product overflows fp16. Scale 1: one chunk out of range (chunk 2 of 4, a
+    # second unrolled chunk), the rest in range with exact zeros: the block folds in float32.
     a, w, _ = make(rng, 65, 128, 32, False, 1, "bfloat16")
     a64 = a.astype(np.float64) * scale
     if scale == 1.0:
@@ -288,5 +287,15 @@ def test_bf16_m1_fp16_arithmetic_at_the_lm_head_configuration(rng):
     assert (base.cols, base.lanes, base.unroll) == (4, 32, 2)
     a, w, bias = make(rng, 13, 2048, 32, False, 1, "bfloat16")
     config = DefaultConfig(**{**base.__dict__, "warps": 1, "blocks_per_sm": 1})
+    y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")
+
+
+def test_bf16_m1_rows_longer_than_the_stage_fold_in_float32(rng):
+    # K > STAGE_MAX_K: not staged (the stage holds 4096 activations), one warp walking 5 columns.
+    K = STAGE_MAX_K + 40
+    a, w, bias = make(rng, 5, K, 32, False, 1, "bfloat16")
+    config = DefaultConfig("bfloat16", 1, 32, False, cols=1, lanes=32, unroll=2, warps=1,
+                           blocks_per_sm=1)
     y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
     check(y, a, w, bias, "bfloat16")
