@@ -299,3 +299,12 @@ def test_bf16_m1_rows_longer_than_the_stage_fold_in_float32(rng):
                            blocks_per_sm=1)
     y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
     check(y, a, w, bias, "bfloat16")
+
+
+def test_bf16_m1_stage_filled_by_every_warp_of_a_block(rng):
+    # 4 warps (128 threads) fill the stage together; one column per group, 16 groups = 4 per warp.
+    a, w, bias = make(rng, 16, 2 * 128 + 8, 128, True, 1, "bfloat16")
+    config = DefaultConfig("bfloat16", 1, 128, True, cols=1, lanes=32, unroll=1, warps=4,
+                           blocks_per_sm=1, weight_vector=False)
+    y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")
