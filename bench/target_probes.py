@@ -41,11 +41,14 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
         kernel = default_kernel(config)
         grid, block = geometry(config, N, sms)
         as16 = lambda t: cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16).reshape(-1)  # noqa: E731
+        # The kernel writes float16 values for fp16 and bf16 bits for bf16: an fp16 output passed
+        # as uint16 bits would receive integer conversions (every fp16 probe of 93b2d80: error 1.0)
+        y = cuda.as_cuda_array(out).reshape(-1) if dtype == "float16" else as16(out)
         bound = []
         for w in ws:
             d = w.device_arrays()
             bound.append(bind(kernel, (as16(a), d["packed"], d["scales_flat"], d["zero_points_flat"],
-                                       d["no_bias"], False, as16(out), K, N), grid, block))
+                                       d["no_bias"], False, y, K, N), grid, block))
         out.fill_(float("nan"))
         torch.cuda.synchronize()
         bound[0].launch(0)

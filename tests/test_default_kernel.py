@@ -22,6 +22,7 @@ from numba import cuda
 
 import int4gemv as ig
 from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
+from int4gemv.kernels.default_m1 import STAGE_MAX_K, half_range_pays
 
 BF16 = ml_dtypes.bfloat16
 DTYPES = {"float16": np.float16, "bfloat16": BF16}
@@ -232,3 +233,78 @@ def test_m1_unroll_is_the_largest_that_does_not_spill(dtype, bs):
     for zp in (False, True):
         assert choose_config(1, 151936, 2048, bs, dtype, zp).unroll == (1 if zp else 2)
     assert choose_config(2, 151936, 2048, bs, dtype, False).unroll == (1 if dtype == "bfloat16" else 2)
+
+
+def _walker(dtype, K, bs, zp, pipeline=False, unroll=1):
+    """One warp of two lanes per column (16 columns per group): with N = 65 it folds 5 column
+    groups, enough for bf16 to take the fp16 arithmetic (``HALF_MIN_GROUPS``)."""
+    rows16 = -(-K // bs) * bs // 2 % 16 == 0       # else two 8-byte loads per chunk
+    return DefaultConfig(dtype, 1, bs, zp, cols=1, lanes=2, unroll=unroll, warps=1,
+                         blocks_per_sm=1, pipeline=pipeline, weight_vector=rows16)
+
+
+def test_bf16_m1_takes_the_fp16_arithmetic_only_where_warps_fold_several_groups():
+    # The H200 geometry (132 SMs): lm_head's warps fold 18 groups; gate/up's and k/v's at most 1.
+    assert half_range_pays(37984, 132 * 4 * 4)           # lm_head, c4 u2 b4
+    assert not half_range_pays(1536, 132 * 4 * 4)       # gate/up, c4 u2 b4
+    assert not half_range_pays(1024, 132 * 8 * 4)       # k/v, c1 u2 b8
+    assert half_range_pays(5, 1) and not half_range_pays(3, 1)   # _walker's grid, and one short
+
+
+@pytest.mark.parametrize("bs", ig.BLOCK_SIZES)
+@pytest.mark.parametrize("zp", [False, True])
+def test_bf16_m1_fp16_arithmetic_every_format(rng, bs, zp):
+    # Every activation in range: the fp16 fold for every block size and zero-point setting,
+    # K = 2 bs + 8 (a partial last group, a last chunk of one word), several steps per lane.
+    a, w, bias = make(rng, 65, 2 * bs + 8, bs, zp, 1, "bfloat16")
+    y, _ = run(a, w, bias, "bfloat16", config=_walker("bfloat16", 2 * bs + 8, bs, zp, unroll=2),
+               multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+@pytest.mark.parametrize("scale", [2.0 ** -20, 2.0 ** 14, 1.0])
+def test_bf16_m1_activations_outside_the_fp16_range_fold_in_float32(rng, scale, pipeline):
+    # bf16 at M = 1 takes the fp16 arithmetic only where every activation of the row is 0 or in
+    # [2**-14, 256): at 2**-20 the fp16 conversion would lose bits (subnormals, ~6 % error), at
+    # 2**14 the first product overflows fp16. Scale 1: one chunk out of range (chunk 2 of 4, a
+    # second unrolled chunk), the rest in range with exact zeros: the block folds in float32.
+    a, w, _ = make(rng, 65, 128, 32, False, 1, "bfloat16")
+    a64 = a.astype(np.float64) * scale
+    if scale == 1.0:
+        a64[0, 64:96] *= 2.0 ** 14
+        a64[0, 40:48] = 0.0
+    a = a64.astype(BF16)
+    config = _walker("bfloat16", 128, 32, False, pipeline, unroll=2)
+    y, _ = run(a, w, None, "bfloat16", config=config, multiprocessors=1)
+    check(y, a, w, None, "bfloat16")
+
+
+def test_bf16_m1_fp16_arithmetic_at_the_lm_head_configuration(rng):
+    # lm_head's bf16 choice on the H200 (4 columns, 32 lanes, unroll 2) with one warp walking 4
+    # column groups (so it takes the fp16 fold), the last one partial; K = 2048: one full step.
+    base = choose_config(1, 151936, 2048, 32, "bfloat16", False)
+    assert (base.cols, base.lanes, base.unroll) == (4, 32, 2)
+    a, w, bias = make(rng, 13, 2048, 32, False, 1, "bfloat16")
+    config = DefaultConfig(**{**base.__dict__, "warps": 1, "blocks_per_sm": 1})
+    y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")
+
+
+def test_bf16_m1_rows_longer_than_the_stage_fold_in_float32(rng):
+    # K > STAGE_MAX_K: not staged (the stage holds 4096 activations), one warp walking 5 columns.
+    K = STAGE_MAX_K + 40
+    a, w, bias = make(rng, 5, K, 32, False, 1, "bfloat16")
+    config = DefaultConfig("bfloat16", 1, 32, False, cols=1, lanes=32, unroll=2, warps=1,
+                           blocks_per_sm=1)
+    y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")
+
+
+def test_bf16_m1_stage_filled_by_every_warp_of_a_block(rng):
+    # 4 warps (128 threads) fill the stage together; one column per group, 16 groups = 4 per warp.
+    a, w, bias = make(rng, 16, 2 * 128 + 8, 128, True, 1, "bfloat16")
+    config = DefaultConfig("bfloat16", 1, 128, True, cols=1, lanes=32, unroll=1, warps=4,
+                           blocks_per_sm=1, weight_vector=False)
+    y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from numba import config, cuda
 
+from int4gemv.kernels import bf16
 from int4gemv.kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, pair_words, zero_point_constants
-from int4gemv.kernels.intrinsics import and_or
+from int4gemv.kernels.intrinsics import and_or, pack_half2
 from int4gemv.kernels.vector_loads import load4, load8, load16, prefetch_l1
 
 LANES = 32
@@ -89,3 +90,48 @@ def test_prefetch_l1_is_a_hint_and_its_stand_in_checks_the_index(rng):
     if config.ENABLE_CUDASIM:   # the stand-in reads the element: a missing kernel guard fails here
         with pytest.raises(IndexError):
             _prefetch_kernel[1, 1](data, 300, out)
+
+@cuda.jit
+def _bf16_kernel(x, lo, hi, out):
+    i = cuda.grid(1)
+    if i < x.shape[0] // 4:
+        out[i, 0] = bf16.outside_half_range(x[4 * i])
+        out[i, 1] = pack_half2(lo[i], hi[i])
+        p = bf16.half_pairs(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3])
+        for k in range(4):
+            out[i, 2 + k] = p[k]
+
+
+def _bf16_values(bits16):
+    return (np.asarray(bits16, np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_bf16_fp16_range_test_pack_half2_and_half_pairs_match_their_definitions(rng):
+    # The fp16 range of the bf16 M = 1 loop: a = 0 or 2**-14 <= |a| < 256 (bf16.py); its edges
+    # (each side of 2**-14 and 256, zero, subnormals, infinities, NaN) and random bits.
+    edges = [0x0000, 0x8000, 0x3880, 0xB880, 0x387F, 0x0001, 0x437F, 0xC37F, 0x4380, 0xC380,
+             0x7F80, 0xFF80, 0x7FC0, 0x3F80]
+    n = LANES
+    h = rng.integers(0, 2**16, 8 * n, dtype=np.uint64).astype(np.uint16)
+    h[:len(edges)] = edges
+    h[len(edges):2 * len(edges)] = edges[::-1]
+    x = h.view(np.uint32)                                    # 4 * n words, 2 bf16 each
+    lo = rng.standard_normal(n).astype(np.float32) * np.float32(3e4)
+    hi = (rng.integers(-2**11, 2**11, n) + 0.5).astype(np.float32)   # ties: nearest even
+    lo[0], hi[0] = 7e4, 2.0 ** -25                           # overflow to inf, tie to zero
+    out = cuda.to_device(np.zeros((n, 6), np.uint32))
+    _bf16_kernel[1, LANES](cuda.to_device(x), cuda.to_device(lo), cuda.to_device(hi), out)
+    got = out.copy_to_host()
+    v = _bf16_values(h).reshape(n, 4, 2)                     # v[i, k] = the two values of word k
+    for i in range(n):
+        a = np.abs(v[i, 0])
+        inside = (a == 0) | ((a >= 2.0 ** -14) & (a < 256))  # NaN compares False: outside
+        assert (got[i, 0] == 0) == bool(inside.all()), (i, v[i, 0], hex(got[i, 0]))
+        assert list(_halves(got[i, 1])) == [float(np.float16(np.float64(lo[i]))),
+                                           float(np.float16(np.float64(hi[i])))]
+        e = v[i].reshape(-1)                                 # a0 .. a7
+        pairs = [(e[0], e[4]), (e[1], e[5]), (e[2], e[6]), (e[3], e[7])]
+        for k, (p, q) in enumerate(pairs):
+            expect = np.array([p, q]).astype(np.float16).view(np.uint32)[0]
+            assert got[i, 2 + k] == expect or np.isnan(_halves(got[i, 2 + k])).any()

@@ -1,5 +1,5 @@
 """The split-K down kernel of the decode chain (``int4gemv.decode.split_k``, issue 21) and the
-``cvt.rn.f16x2.f32`` intrinsic it uses (``int4gemv.kernels.half_pack``): against float64, fused
+``cvt.rn.f16x2.f32`` intrinsic it uses (``int4gemv.kernels.intrinsics.pack_half2``): against float64, fused
 silu·mul bit for bit against the silu·mul kernel's output, bad input, and the chain wiring. Tiny
 shapes (the simulator runs every thread as a Python thread); on a GPU the same tests run on the
 hardware. Full size: ``tests/test_chain_gpu.py`` and ``bench.decode_chain``."""
@@ -13,7 +13,7 @@ from int4gemv.decode.chain import DecodeChain
 from int4gemv.decode.model import ChainShape, random_chain, reference_logits, relative_error, tolerance
 from int4gemv.decode.silu_mul import silu_mul_geometry, silu_mul_kernel
 from int4gemv.decode.split_k import SplitK, SplitKLaunch
-from int4gemv.kernels.half_pack import pack_half2
+from int4gemv.kernels.intrinsics import pack_half2
 
 #: Error bound of one half2 GEMV output against float64, relative to the sum of its terms'
 #: magnitudes (``int4gemv.kernels.half2``: 9u + K/16 · 2**-24 ≈ 4.4e-3).

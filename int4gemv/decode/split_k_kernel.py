@@ -37,7 +37,7 @@ from numba import cuda, float32, uint64
 
 from ..kernels.half2 import (NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations_wide,
                              zero_point_constants)
-from ..kernels.half_pack import pack_half2
+from ..kernels.intrinsics import pack_half2
 from ..kernels.intrinsics import allow_next_grid, half2_sum, shfl_xor, wait_for_previous_grid
 from ..kernels.nibble_pairs import half_high, half_low
 from .silu_mul import silu_times

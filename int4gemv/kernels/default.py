@@ -34,8 +34,10 @@ Arithmetic, M > 1 (:mod:`.nibble_pairs`): byte ``b`` of a word becomes the exact
 activations as they lie in memory, so each row costs one ``fma.rn.f16x2`` per pair (fp16), or
 float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the re-paired dequant (no PRMT) and the
 activations re-paired once per chunk for all columns, about 2.6 instructions per element (fp16,
-SASS). fp16 sums 8 products per half in fp16, then float32; bf16 multiplies and accumulates in
-float32. Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
+SASS). fp16 sums 8 products per half in fp16, then float32; bf16 at M > 1 multiplies and
+accumulates in float32, at M = 1 it takes the fp16 arithmetic when every activation of the lane
+is in fp16's exact range (converted once per block into shared memory and tested there, in
+grids of several column groups per warp; else float32). Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
 
 Tails. A word (8 elements) past K gets zero activations (never loaded), so the padding nibbles
 of a last partial block add exactly 0; chunk indices past the column are clamped to a valid
@@ -51,7 +53,7 @@ from numba import cuda, float32
 from . import bf16
 from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
                              choose_config, geometry)
-from .default_m1 import scalar_fold
+from .default_m1 import STAGE_MAX_K, STAGE_WORDS, half_range_pays, scalar_fold, stage_activations
 from .intrinsics import (SIMULATED, allow_next_grid, half2_fma, half2_sum, shfl_xor,
                          wait_for_previous_grid)
 from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
@@ -85,6 +87,8 @@ def default_kernel(config: DefaultConfig):
     TWO_GROUPS = BS == 16                # a chunk holds two quantization groups
     CHUNKS_PER_GROUP = max(1, BS // 32)
     SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1)
+    RANGE_CHECK = SCALAR and not F16     # bf16 M = 1: fp16 arithmetic where the row allows it
+    STAGE = STAGE_WORDS if RANGE_CHECK else 1   # shared words for the converted activations
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
@@ -183,6 +187,8 @@ def default_kernel(config: DefaultConfig):
                     acc[m, c] += part[c] if TWO_GROUPS else sv[c, u, 0] * part[c]
 
     fold_m1 = scalar_fold(config, load_act)
+    stage_fill = stage_activations(config, load_act)
+    pays = cuda.jit(device=True, inline=True)(half_range_pays)
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out):
@@ -224,14 +230,15 @@ def default_kernel(config: DefaultConfig):
                   raw, sv, zv, False)
 
     @cuda.jit(device=True, inline=True)
-    def fold_step(act, st, s, nwords, nchunks, K, raw, sv, zv, acc):
-        """``fold`` (``fold_m1`` at M = 1) of step ``st`` (the full-step form when it can)."""
+    def fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, half):
+        """``fold`` (``fold_m1`` at M = 1, in fp16 arithmetic where ``half``) of step ``st``
+        (the full-step form when it can)."""
         j0 = s + st * L * U
         full = 4 * (st + 1) * L * U <= nwords
         if SCALAR and full:
-            fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, True)
+            fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, True, half)
         elif SCALAR:
-            fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, False)
+            fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, False, half)
         elif full:
             fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, True)
         else:
@@ -255,6 +262,10 @@ def default_kernel(config: DefaultConfig):
         sv = cuda.local.array((C, U, H), float32)
         zv = cuda.local.array((C, U, H), np.uint32)
         acc = cuda.local.array((M, C), float32)
+        stage = cuda.shared.array(STAGE, np.uint32)
+        # bf16 at M = 1 (grid-uniform: every warp has column groups, so every thread of a block
+        # reaches stage_fill's barrier): the activations staged as fp16 words, tested per block
+        staged = RANGE_CHECK and pays(groups, stride) and K <= STAGE_MAX_K
         for m in range(M):
             for c in range(C):
                 acc[m, c] = float32(0.0)
@@ -273,12 +284,15 @@ def default_kernel(config: DefaultConfig):
                            nzb, row_bytes, raw, sv, zv)
             if PDL:  # the first weights are in flight while the previous grid ends
                 wait_for_previous_grid()
+            half = not RANGE_CHECK   # bf16: staged while the first loads are in flight
+            if staged:
+                half = stage_fill(act, stage, nwords, nchunks)
             while ga < groups:
                 gb, sb = (ga, sa + 1) if sa + 1 < steps else (ga + stride, 0)
                 if gb < groups:
                     issue_step(packed, scales, zero_points, gb, sb, s, p, N, nwords, nchunks, nb,
                                nzb, row_bytes, raw_b, sv_b, zv_b)
-                fold_step(act, sa, s, nwords, nchunks, K, raw, sv, zv, acc)
+                fold_step(act, stage, sa, s, nwords, nchunks, K, raw, sv, zv, acc, half)
                 if sa + 1 == steps:
                     finish(acc, ga * GROUP_COLS + p, s, N, bias, has_bias, out)
                 if gb >= groups:
@@ -287,11 +301,13 @@ def default_kernel(config: DefaultConfig):
                 if ga < groups:
                     issue_step(packed, scales, zero_points, ga, sa, s, p, N, nwords, nchunks, nb,
                                nzb, row_bytes, raw, sv, zv)
-                fold_step(act, sb, s, nwords, nchunks, K, raw_b, sv_b, zv_b, acc)
+                fold_step(act, stage, sb, s, nwords, nchunks, K, raw_b, sv_b, zv_b, acc, half)
                 if sb + 1 == steps:
                     finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out)
             return
         waited = not PDL
+        half = not RANGE_CHECK        # bf16: set by the first step, after the wait
+        checked = not staged
         while g < groups:
             for st in range(steps):
                 issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
@@ -299,7 +315,10 @@ def default_kernel(config: DefaultConfig):
                 if not waited:  # the first weights are in flight while the previous grid ends
                     wait_for_previous_grid()
                     waited = True
-                fold_step(act, st, s, nwords, nchunks, K, raw, sv, zv, acc)
+                if not checked:  # bf16: staged while those loads fly (every warp gets here)
+                    half = stage_fill(act, stage, nwords, nchunks)
+                    checked = True
+                fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, half)
             finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out)
             g += stride
         if not waited:  # a warp with no column group still orders itself after the previous grid

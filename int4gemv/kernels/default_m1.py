@@ -5,10 +5,18 @@ columns, so they can be re-paired (``(a0, a4), (a1, a5), (a2, a6), (a3, a7)`` pe
 PRMT, :func:`.half2.pair_words`) once for every column, and each weight word then needs no
 byte permute: ``(w & 0x000F000F) | 0x64006400`` already lines up with ``(a0, a4)``
 (:func:`.half2.dequant8`, one ``lop3`` and one HFMA2 per pair). Per word: 1 shift, 4 LOP3,
-4 HFMA2 (exact ``q - zp`` pairs) and 4 HFMA2 (products) for fp16; bf16 converts the exact fp16
-pairs to float32 (one HADD2.F32 per element) and multiplies them with the activations' float32
-values in FFMA (float32 accumulation: a bf16x2 product would round each term to 8 bits).
-fp16 sums 8 products per half (two words) before float32, as the M > 1 fold does.
+4 HFMA2 (exact ``q - zp`` pairs) and 4 HFMA2 (products); each half sums 8 products (two words)
+in fp16 before float32, as the M > 1 fold does.
+
+bf16 takes the same fp16 arithmetic when every activation is in the range where a bf16 value is
+an fp16 value and 8 products cannot overflow fp16 (:mod:`.bf16`: ``a = 0`` or
+``2**-14 <= |a| < 256``), in grids of at least :data:`HALF_MIN_GROUPS` column groups per warp and
+K <= :data:`STAGE_MAX_K`: each block converts the whole activation row once into the re-paired
+fp16 words (8 shifts/masks and 4 ``cvt.rn.f16x2.f32`` per 8 activations) in shared memory and
+tests it (``syncthreads_or``: one answer per block); every step then reads its words there
+(:func:`stage_activations`), so a bf16 word costs what an fp16 word costs, less fp16's PRMT.
+Otherwise bf16 folds in float32: the exact fp16 pairs converted to float32 (one HADD2.F32 per
+element) times the activations' float32 values in FFMA.
 """
 
 from __future__ import annotations
@@ -21,16 +29,84 @@ from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point
 from .intrinsics import half2_sum
 from .nibble_pairs import half_high, half_low
 
-__all__ = ["scalar_fold"]
+__all__ = ["scalar_fold", "stage_activations", "half_range_pays", "HALF_MIN_GROUPS",
+           "STAGE_MAX_K", "STAGE_WORDS", "CHUNK_STRIDE"]
 
-_U0 = np.uint32(0)
+_U0, _U1, _U2, _U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
+
+#: bf16 at M = 1 takes the fp16 arithmetic only in grids with at least this many column groups
+#: per warp. Converting and testing the activations is one more pass over them before the first
+#: fold: latency that a warp with one group cannot hide (H200, commit 93b2d80: k/v bf16 3.33 ->
+#: 4.26 us, q/o 4.41 -> 5.17 with a per-lane test in every warp; bench/NOTES.md). lm_head's warps
+#: fold 18 groups (37984 groups of 4 columns over 2112 warps), the other decode shapes' at most 2.
+HALF_MIN_GROUPS = 4
+#: The longest activation row staged in shared memory (hidden sizes up to 4096; longer rows fold
+#: in float32).
+STAGE_MAX_K = 4096
+#: Words between two chunks' 16 staged words: 17, so that the 32 lanes of a warp, reading chunks
+#: ``s, s + 1, ...`` (stride 17 words), hit 32 different banks (16 would give 2).
+CHUNK_STRIDE = 17
+#: The stage's size in uint32 words: 8.5 KB per block.
+STAGE_WORDS = STAGE_MAX_K // 32 * CHUNK_STRIDE
+
+
+def half_range_pays(groups, stride):
+    """Whether a grid of ``stride`` warps over ``groups`` column groups stages its activations
+    for the fp16 arithmetic (bf16 at M = 1; :data:`HALF_MIN_GROUPS`)."""
+    return groups >= HALF_MIN_GROUPS * stride
+
+
+def stage_activations(config, load_act):
+    """``fill(act, stage, nwords, nchunks) -> bool``: the block converts the bf16 activation row
+    (``load_act`` as in :func:`scalar_fold`; words past K as zeros) into re-paired fp16 words,
+    chunk ``j``'s 16 at ``stage[CHUNK_STRIDE * j + 4 * q + e]`` (``q``: its 8-element group), and
+    returns, to every thread of the block, whether every activation is in the fp16 range of
+    :mod:`.bf16`. Every thread of the block must call it (a barrier); K <= :data:`STAGE_MAX_K`."""
+    THREADS = 32 * config.warps
+
+    @cuda.jit(device=True, inline=True)
+    def fill(act, stage, nwords, nchunks):
+        bad = _U0
+        for i in range(cuda.threadIdx.x, 4 * nchunks, THREADS):
+            j, q = i // 4, i % 4
+            x = load_act(act, 32 * j + 8 * q, 4 * j + q < nwords)
+            for e in range(4):
+                bad |= bf16.outside_half_range(x[e])
+            w = bf16.half_pairs(x[0], x[1], x[2], x[3])
+            for e in range(4):
+                stage[CHUNK_STRIDE * j + 4 * q + e] = w[e]
+        return cuda.syncthreads_or(np.int32(bad != _U0)) == 0
+
+    return fill
 
 
 def scalar_fold(config, load_act):
     """The M = 1 fold device function of ``config`` (a :class:`~.default_config.DefaultConfig`):
-    ``fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, full)`` adds one step's products to
-    ``acc[0, c]``. ``raw``/``sv``/``zv`` are what the default tiling's ``issue`` loaded, with the
-    zero points as nibbles; ``load_act(act, offset, valid)`` reads 8 activations (4 uint32)."""
+    ``fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)`` adds one step's
+    products to ``acc[0, c]``. ``raw``/``sv``/``zv`` are what the default tiling's ``issue``
+    loaded, with the zero points as nibbles; ``load_act(act, offset, valid)`` reads 8 activations
+    (4 uint32); ``half`` (bf16 only; fp16 always is) selects the fp16 arithmetic on the words of
+    ``stage``, which the caller may pass only after :func:`stage_activations` returned True."""
+    F16 = config.dtype == "float16"
+
+    fold_half = _fold(config, load_act, True)
+    fold_float = fold_half if F16 else _fold(config, load_act, False)
+
+    @cuda.jit(device=True, inline=True)
+    def fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half):
+        """M = 1 form of the default tiling's fold (see the module docstring)."""
+        if F16:
+            fold_half(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
+        elif half:
+            fold_half(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
+        else:
+            fold_float(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
+
+    return fold_m1
+
+
+def _fold(config, load_act, HALF):
+    """The fold in fp16 pair arithmetic (``HALF``) or in float32 (bf16 outside the fp16 range)."""
     F16 = config.dtype == "float16"
     C, L, U = config.cols, config.lanes, config.unroll
     ZP, TWO_GROUPS = config.zero_points, config.block_size == 16
@@ -42,10 +118,10 @@ def scalar_fold(config, load_act):
 
     @cuda.jit(device=True, inline=True)
     def word_dot(w, x, low, high, f):
-        """``f + sum a_i (q_i - zp)`` over the 8 nibbles of word ``w`` and the activations ``x``
-        (4 uint32 in memory order; bf16: their 8 float32 values). fp16: ``x`` are re-paired
-        half2 words and ``f`` a half2 accumulator; bf16: float32 throughout."""
-        if F16:
+        """``f + sum a_i (q_i - zp)`` over the 8 nibbles of word ``w`` and the activations ``x``.
+        ``HALF``: ``x`` are re-paired half2 words and ``f`` a half2 accumulator; else ``x`` are
+        the 8 float32 values and ``f`` float32."""
+        if HALF:
             return dot8(w, x[0], x[1], x[2], x[3], low, high, f)
         d0, d1, d2, d3 = dequant8(w, low, high)      # (q0, q4), (q1, q5), (q2, q6), (q3, q7)
         f += half_low(d0) * x[0]           # one FFMA per element
@@ -58,31 +134,38 @@ def scalar_fold(config, load_act):
         return f + half_high(d3) * x[7]
 
     @cuda.jit(device=True, inline=True)
-    def act_operand(x):
-        """8 activations (4 uint32 in memory order) as :func:`word_dot` takes them: fp16 re-paired
-        ``(a0,a4), (a1,a5), (a2,a6), (a3,a7)``; bf16 their float32 values ``a0 .. a7``."""
+    def act_operand(act, stage, j, q, valid):
+        """The 8 activations of group ``q`` of chunk ``j`` as :func:`word_dot` takes them (zeros
+        where not ``valid``): re-paired fp16 words ``(a0,a4), (a1,a5), (a2,a6), (a3,a7)`` (fp16:
+        loaded, 4 PRMT; bf16: from the stage), or (float32 fold) their float32 values."""
         if F16:
+            x = load_act(act, 32 * j + 8 * q, valid)
             return pair_words(x[0], x[1], x[2], x[3])
+        if HALF:
+            if not valid:
+                return (_U0, _U0, _U0, _U0)
+            b = np.uint32(CHUNK_STRIDE * j + 4 * q)   # unsigned: no negative-index wrap
+            return (stage[b], stage[b + _U1], stage[b + _U2], stage[b + _U3])
+        x = load_act(act, 32 * j + 8 * q, valid)
         return (bf16.low_value(x[0]), bf16.high_value(x[0]), bf16.low_value(x[1]),
                 bf16.high_value(x[1]), bf16.low_value(x[2]), bf16.high_value(x[2]),
                 bf16.low_value(x[3]), bf16.high_value(x[3]))
 
     @cuda.jit(device=True, inline=True)
-    def fold_m1(act, j0, nwords, nchunks, raw, sv, zv, acc, full):
-        """M = 1 form of the default tiling's fold: the chunk's activations are loaded and re-paired once
-        for all ``C`` columns, and each word costs 1 shift, 4 LOP3 and 8 HFMA2 (fp16; no byte
-        permutes): ``(w & 0x000F000F)`` lines up with ``(a0, a4)`` (:mod:`.half2`)."""
+    def fold(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full):
+        """The chunk's activations are loaded (or read from the stage) once for all ``C`` columns; each
+        word costs 1 shift, 4 LOP3 and 8 HFMA2 (``HALF``; no byte permutes): ``(w & 0x000F000F)``
+        lines up with ``(a0, a4)`` (:mod:`.half2`)."""
         part = cuda.local.array(C, float32)
         for u in range(U):
             j_raw = j0 + u * L
             j = j_raw if full else min(j_raw, nchunks - 1)
             for h in range(2):           # the chunk's two 16-element halves: words 2h, 2h + 1
-                xa = act_operand(load_act(act, 32 * j + 16 * h, full or 4 * j_raw + 2 * h < nwords))
-                xb = act_operand(load_act(act, 32 * j + 16 * h + 8,
-                                          full or 4 * j_raw + 2 * h + 1 < nwords))
+                xa = act_operand(act, stage, j, 2 * h, full or 4 * j_raw + 2 * h < nwords)
+                xb = act_operand(act, stage, j, 2 * h + 1, full or 4 * j_raw + 2 * h + 1 < nwords)
                 for c in range(C):
                     low, high = offsets(zv[c, u, h] if TWO_GROUPS else zv[c, u, 0])
-                    if F16:
+                    if HALF:
                         t = word_dot(raw[c, u, 2 * h + 1], xb, low, high,
                                      word_dot(raw[c, u, 2 * h], xa, low, high, _U0))
                         f = half2_sum(t)
@@ -96,4 +179,4 @@ def scalar_fold(config, load_act):
                     else:
                         acc[0, c] += sv[c, u, 0] * (part[c] + f)
 
-    return fold_m1
+    return fold

@@ -1,8 +1,8 @@
 """Bit, half2 and warp primitives the kernels use, with faithful stand-ins for Numba's simulator.
 
-On hardware these are libdevice / warp intrinsics and small inline-PTX functions: ``fma.rn.f16x2``
-and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is carried as the uint32
-holding its bits, low half = element 0), the two ``griddepcontrol`` instructions of a
+On hardware these are libdevice / warp intrinsics and small inline-PTX functions: ``fma.rn.f16x2``,
+``cvt.rn.f16x2.f32`` and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is
+carried as the uint32 holding its bits, low half = element 0), the two ``griddepcontrol`` instructions of a
 programmatic dependent launch and a bulk L2 prefetch (a no-op on the simulator). Numba's
 simulator (``NUMBA_ENABLE_CUDASIM=1``) has no warp shuffles and its libdevice functions are empty,
 so the same kernel source would not run there. The simulated versions below implement the
@@ -20,7 +20,7 @@ from numba import cuda
 
 from ..device import simulated
 
-__all__ = ["int_as_float", "half2_fma", "half2_sum", "and_or", "wait_for_previous_grid",
+__all__ = ["int_as_float", "half2_fma", "half2_sum", "and_or", "pack_half2", "wait_for_previous_grid",
            "allow_next_grid", "prefetch_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
@@ -49,6 +49,13 @@ if SIMULATED:
     def and_or(x, mask, bits):
         """``(x & mask) | bits`` as one ``lop3.b32`` (uint32)."""
         return np.uint32((int(x) & int(mask)) | int(bits))
+
+    def pack_half2(lo, hi):
+        """``cvt.rn.f16x2.f32``: half2 bits of float32 ``lo`` (low half) and ``hi``, each rounded
+        to nearest even (overflow gives infinity)."""
+        with np.errstate(over="ignore"):
+            r = np.array([lo, hi], np.float32).astype(np.float16)
+        return np.uint32(r.view(np.uint32)[0])
 
     def wait_for_previous_grid():
         """No-op: the simulator runs launches one after another."""
@@ -105,6 +112,17 @@ else:
             return builder.call(asm, [context.cast(builder, v, t, types.uint32)
                                       for v, t in zip(args, signature.args)])
         return types.uint32(x, mask, bits), codegen
+
+    @intrinsic
+    def pack_half2(typingctx, lo, hi):
+        """``cvt.rn.f16x2.f32``: half2 bits of float32 ``lo`` (low half) and ``hi``, each rounded
+        to nearest even (overflow gives infinity). The PTX operand order is (high, low)."""
+        def codegen(context, builder, signature, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [ir.FloatType()] * 2),
+                               "cvt.rn.f16x2.f32 $0, $2, $1;", "=r,f,f")
+            return builder.call(asm, [context.cast(builder, v, t, types.float32)
+                                      for v, t in zip(args, signature.args)])
+        return types.uint32(lo, hi), codegen
 
     @intrinsic
     def half2_sum(typingctx, x):
