@@ -21,6 +21,28 @@ from numba import config  # noqa: E402
 SIMULATED = bool(config.ENABLE_CUDASIM)
 CONTROL_VARS = ("INT4GEMV_SINGLE_WARP", "INT4GEMV_ENABLE_SINGLE_WARP_GEMV",
                 "INT4GEMV_SINGLE_WARP_COLS", "INT4GEMV_SINGLE_WARP_UNROLL")
+#: ``PYTEST_REPORT_DIR``: where each failure (traceback and captured output) is written the
+#: moment its test ends, with every test phase over :data:`SLOW_S` seconds: a run cut by a time
+#: bound (the GPU evidence runs) still names its failures and its slow tests.
+REPORT_DIR = os.environ.get("PYTEST_REPORT_DIR")
+SLOW_S = 10.0
+
+
+def pytest_runtest_logreport(report):
+    """Append failures to ``$PYTEST_REPORT_DIR/failures.log`` and slow phases to ``slow.log``
+    as they happen (under xdist this runs in the controller, once per report)."""
+    if not REPORT_DIR:
+        return
+    os.makedirs(REPORT_DIR, exist_ok=True)
+    if report.failed:
+        with open(os.path.join(REPORT_DIR, "failures.log"), "a") as f:
+            f.write(f"===== {report.nodeid} ({report.when}, {report.duration:.1f} s)\n"
+                    f"{report.longreprtext}\n")
+            for name, content in report.sections:
+                f.write(f"----- {name}\n{content}\n")
+    if report.duration > SLOW_S:
+        with open(os.path.join(REPORT_DIR, "slow.log"), "a") as f:
+            f.write(f"{report.duration:7.1f} s  {report.when:8}  {report.nodeid}\n")
 
 
 def pytest_collection_modifyitems(config, items):
