@@ -16,6 +16,8 @@ Modules (one concept each):
 * :mod:`bench.simulated`      the same command on Numba's simulator (tiny, timing nothing)
 * :mod:`bench.autotune`       suite output: the ``int4gemv/autotune_table.json`` writer
 * :mod:`bench.eager_latency`  suite: eager per-call cost against the driver's launch floor (GPU)
+* :mod:`bench.eager_host_cost` the eager path's Python cost with the launch a no-op (simulator)
+* :mod:`bench.torch_key_cost` what each torch attribute read of the eager path costs (GPU)
 * :mod:`bench.probe_kernels`  suite: per-tuning timings, registers and SASS mix (GPU)
 * :mod:`bench.offline_sass`   the tensor-core kernel's registers, spills and SASS on a CPU (no GPU)
 * :mod:`bench.gpu_lifecycle_check` suite: lifecycle's tests on the real driver, then timings (GPU)
