@@ -21,7 +21,7 @@ workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)
 # The bound leaves room for the summary: at 250 s (2026-12-03) the run was cut at 99 % before
 # pytest printed any traceback. A per-test bound (pytest-timeout, where installed) names a hang.
 per_test=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=240")
-want tests && { PYTEST_REPORT_DIR="$out/pytest-reports" timeout "${TESTS_S:-420}" python3 -m pytest -v -rs --tb=short --durations=25 -p no:cacheprovider \
+want tests && { PYTEST_REPORT_DIR="$out/pytest-reports" timeout "${TESTS_S:-500}" python3 -m pytest -v -rs --tb=short --durations=25 -p no:cacheprovider \
     -n "$workers" --dist loadgroup $per_test tests > "$out/pytest-gpu-h200.log" 2>&1
 echo "pytest exit $?"; grep -v PASSED "$out/pytest-gpu-h200.log" | tail -25
 sort -rn "$out/pytest-reports/slow.log" 2>/dev/null | head -12; }

@@ -39,6 +39,11 @@ N = 256                                    # elements of each output
 # with other processes (a 14-worker pytest on the H200, 2026-12-03) queued more work than a
 # capture's 30 s wait for the stream's claim allows.
 MAX_PENDING = 8
+# Past its duration a worker goes on (up to COVERAGE_CAP durations) until every kind of
+# operation has succeeded, a capture body has failed on purpose and an operation has overlapped
+# a release or close: on a loaded machine (the GPU suite's 14 workers) 12 s may hold few
+# operations, and a rare kind (3 % of captures raise) could otherwise be missed by chance.
+COVERAGE_CAP = 10
 
 
 class Boom(Exception):
@@ -121,8 +126,9 @@ class _Stress:
         private = self.new_private()
         graphs = self.graphs_of_threads[tid]
         start.wait()
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        now = time.monotonic()
+        deadline, cap = now + seconds, now + COVERAGE_CAP * seconds
+        while (now := time.monotonic()) < deadline or (now < cap and not self.covered()):
             name, gid = rng.choice(names), rng.randrange(IDS)
             p = private if name == PRIVATE else self.providers[name]
             gid_here = gid if name == PRIVATE else tid * IDS + gid
@@ -208,6 +214,12 @@ class _Stress:
                     stress.disposing -= 1
         return _Window()
 
+    def covered(self) -> bool:
+        """Whether the run has seen everything the test asserts it saw (see COVERAGE_CAP)."""
+        with self.lock:
+            return (all(n > 0 for n in self.done.values()) and self.expected_failures["Boom"] > 0
+                    and self.overlaps > 0)
+
     def count(self, op):
         with self.lock:
             self.done[op] += 1
@@ -227,7 +239,7 @@ class _Stress:
         start.wait()
         t0 = time.monotonic()
         for t in threads:
-            t.join(seconds + 300)
+            t.join(COVERAGE_CAP * seconds + 300)
         hung = [(tid, t) for tid, t in enumerate(threads) if t.is_alive()]
         frames = sys._current_frames()
         assert not hung, "workers hung:\n" + "\n".join(
