@@ -37,8 +37,8 @@ from numba import cuda, float32, uint64
 
 from ..kernels.half2 import (NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations_wide,
                              zero_point_constants)
-from ..kernels.intrinsics import pack_half2
-from ..kernels.intrinsics import allow_next_grid, half2_sum, shfl_xor, wait_for_previous_grid
+from ..kernels.butterfly import column_sums, writer_mask
+from ..kernels.intrinsics import allow_next_grid, half2_sum, pack_half2, wait_for_previous_grid
 from ..kernels.nibble_pairs import half_high, half_low
 from .silu_mul import silu_times
 
@@ -69,8 +69,8 @@ def split_k_kernel(cols: int, unroll: int, chunks: int, col_warps: int, fused: b
     FUSED, ZP, PDL = bool(fused), bool(zero_points), bool(pdl)
     U0, U1, U2, U4 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(4)
     LOW32 = np.uint64(0xFFFFFFFF)
-    SB = C.bit_length() - 1               # transposing butterfly steps: log2(C)
-    WRITERS = np.uint32((32 >> SB) - 1)   # lanes with these bits clear hold a column's sum
+    WRITERS = writer_mask(C)              # lanes with these bits clear hold a column's sum
+    reduce_columns = column_sums(C)
 
     @cuda.jit(device=True, inline=True)
     def load_group(words, scales, zero_points, n_first, base, lane, N, nw, nz, wv, sv, zv):
@@ -153,21 +153,7 @@ def split_k_kernel(cols: int, unroll: int, chunks: int, col_warps: int, fused: b
                     else:
                         low, high = NO_ZP_LOW, NO_ZP_HIGH
                     acc[c] += sv[c, u] * half2_sum(dot16(wv[c, u], pairs, 0, low, high))
-            for s in range(SB):  # transposing butterfly (single_warp.write_group)
-                off = np.uint32(16 >> s)
-                half = C >> (s + 1)
-                upper = (lane & off) != U0
-                for i in range(half):
-                    send = acc[i] if upper else acc[i + half]
-                    keep = acc[i + half] if upper else acc[i]
-                    acc[i] = keep + shfl_xor(send, off)
-            total = acc[0]
-            for r in range(5 - SB):
-                total += shfl_xor(total, np.uint32(16 >> (SB + r)))
-            column = U0
-            for s in range(SB):
-                if lane & np.uint32(16 >> s):
-                    column += np.uint32(C >> (s + 1))
+            total, column = reduce_columns(acc, lane)  # the transposing butterfly
             if (lane & WRITERS) == U0:
                 partial[chunk, sub * np.uint32(C) + column] = total
             cuda.syncthreads()

@@ -33,10 +33,10 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint64
 
+from .butterfly import column_sums, writer_mask
 from .half2 import (NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations, pair_activations_wide,
                     zero_point_constants)
-from .intrinsics import (SIMULATED, allow_next_grid, half2_sum, prefetch_l2, shfl_xor,
-                         wait_for_previous_grid)
+from .intrinsics import SIMULATED, allow_next_grid, half2_sum, prefetch_l2, wait_for_previous_grid
 
 __all__ = ["single_warp_kernel", "geometry", "activation_mode", "TUNINGS", "DEFAULT_TUNING",
            "BLOCKS_PER_SM", "MODES", "MIN_BLOCKS", "min_blocks", "PREFETCH_LIMIT_BYTES"]
@@ -169,32 +169,14 @@ def single_warp_kernel(cols: int, unroll: int, mode: str, zero_points: bool = Tr
                 prefetch_l2(words, uint64(n_first) * uint64(nw), n_cols * nw)
                 prefetch_l2(scales, uint64(n_first) * uint64(nw >> U1), n_cols * (nw >> U1))
 
-    S = C.bit_length() - 1             # transposing steps: log2(C)
-    WRITERS = np.uint32((32 >> S) - 1)  # lanes with these bits clear write a column
+    WRITERS = writer_mask(C)           # lanes with these bits clear write a column
+    reduce_columns = column_sums(C)
 
     @cuda.jit(device=True, inline=True)
     def write_group(acc, n_first, lane, N, bias, has_bias, out):
-        """Reduce the C columns over the warp, lane ``l`` ending with column ``column(l)``;
-        one lane per column writes it (+ bias); clear acc.
-
-        A transposing butterfly: at step ``s`` (lane bit ``16 >> s``) each lane keeps half of
-        its columns and sends the other half to its partner, so C columns cost
-        ``C - 1 + 5 - log2(C)`` shuffles instead of ``5 C``."""
-        for s in range(S):
-            off = np.uint32(16 >> s)
-            half = C >> (s + 1)
-            upper = (lane & off) != U0
-            for i in range(half):
-                send = acc[i] if upper else acc[i + half]
-                keep = acc[i + half] if upper else acc[i]
-                acc[i] = keep + shfl_xor(send, off)
-        total = acc[0]
-        for r in range(5 - S):
-            total += shfl_xor(total, np.uint32(16 >> (S + r)))
-        column = U0
-        for s in range(S):
-            if lane & np.uint32(16 >> s):
-                column += np.uint32(C >> (s + 1))
+        """Reduce the C columns over the warp (:mod:`.butterfly`), lane ``l`` ending with column
+        ``column(l)``; one lane per column writes it (+ bias); clear acc."""
+        total, column = reduce_columns(acc, lane)
         for c in range(C):
             acc[c] = float32(0.0)
         n = n_first + column
