@@ -52,12 +52,12 @@ from dataclasses import replace
 import numpy as np
 from numba import cuda, float32
 
-from . import bf16
 from .intrinsics import SIMULATED
 from .mma import mma_bf16, mma_f16
 from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, scaled_pair_f16,
                         zero_point_offset_bf16, zero_point_offset_f16)
 from .tensor_core_config import SEGMENT, TILE_COLS, TensorCoreConfig
+from .tensor_core_epilogue import split_k_epilogue
 from .vector_loads import load8, load16, load16_stream, prefetch_l1
 
 __all__ = ["tensor_core_kernel"]
@@ -249,48 +249,7 @@ def _compile(config):
                     if rows_ok[mt]:
                         prefetch_l1(act, act_at[mt] + k)
 
-    @cuda.jit(device=True, inline=True)
-    def store_slot(y, j, col0, g, t, N, M, bias, has_bias, out):
-        """Write accumulator slot ``j`` (``acc[c, mt, r]``, ``j = (c * MT + mt) * 4 + r``) of the
-        group (+ bias): d0, d1 are column g, d2, d3 column g + 8."""
-        c, mt, r = j // (4 * MT), (j // 4) % MT, j % 4
-        n = col0 + UTILE * _U(c) + g + _U8 * _U(r // 2)
-        m = _U8 * _U(mt) + _U2 * t + _U(r & 1)
-        if n < N and m < M:
-            if has_bias:
-                y += float32(bias[n]) if F16 else bf16.low_value(np.uint32(bias[n]))
-            if F16:
-                out[m * N + n] = y
-            else:
-                out[m * N + n] = bf16.to_bf16_bits(y)
-
-    @cuda.jit(device=True, inline=True)
-    def reduce_and_store(red, acc, warp, lane, kpart, stores, col0, g, t, N, M, bias, has_bias,
-                         out):
-        """Add the ``KS`` warps' partial sums of a column group and write them (where
-        ``stores``). Split-K: every warp publishes its sums in shared memory; slot ``j`` is then
-        summed in ``kpart`` order (a fixed order: the result does not depend on timing) by warp
-        ``kpart == j % KS`` of the group, which writes it — the ``4 x row tiles x tiles`` sums
-        spread over the group's warps instead of one warp doing all. Block-uniform."""
-        if KS == 1:
-            if stores:
-                for j in range(SLOTS_PER_WARP):
-                    store_slot(acc[j // (4 * MT), (j // 4) % MT, j % 4], j, col0, g, t, N, M,
-                               bias, has_bias, out)
-            return
-        for c in range(C):
-            for mt in range(MT):
-                for r in range(4):
-                    red[warp, (c * MT + mt) * 4 + r, lane] = acc[c, mt, r]
-        cuda.syncthreads()
-        first = warp - kpart                    # the group's kpart-0 warp
-        for j in range(SLOTS_PER_WARP):
-            if stores and _U(j % KS) == kpart:  # warp-uniform
-                y = red[first, j, lane]
-                for q in range(1, KS):
-                    y += red[first + _U(q), j, lane]
-                store_slot(y, j, col0, g, t, N, M, bias, has_bias, out)
-        cuda.syncthreads()                      # before the next round overwrites red
+    reduce_and_store = split_k_epilogue(F16, MT, C, KS)
 
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
 
