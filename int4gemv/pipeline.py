@@ -183,9 +183,12 @@ def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
                 variant is None or variant.__class__ is str):
             return None, None
         how = (variant, pdl, prefetch, read_environment() if environment is None else environment)
-    elif variant is None and pdl is False and prefetch is False and (
-            tuning.__class__ is str or tuning.__class__ is Tuning):
-        how = tuning if tuning.__class__ is str else id(tuning)
+    elif variant is not None or pdl is not False or prefetch is not False:
+        return None, None
+    elif tuning.__class__ is Tuning:
+        how = id(tuning)
+    elif tuning.__class__ is str:
+        how = tuning
     else:
         return None, None
     readers = KEY_READERS  # array_key without its two calls per array
