@@ -24,8 +24,8 @@ import numpy as np
 
 from .device import current_device_id, simulated
 
-__all__ = ["ArrayInfo", "describe", "check_array", "device_view", "array_key", "key_reader", "KEY_READERS", "dtype_name", "numpy_dtype",
-           "storage_dtype", "DTYPES", "BFLOAT16"]
+__all__ = ["ArrayInfo", "describe", "check_array", "device_view", "array_key", "key_reader",
+           "KEY_READERS", "dtype_name", "numpy_dtype", "storage_dtype", "DTYPES", "BFLOAT16"]
 
 DTYPES = ("float16", "bfloat16")
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import KEY_READERS, ArrayInfo, check_array, describe, device_view, key_reader, numpy_dtype, storage_dtype
+from .arrays import (KEY_READERS, ArrayInfo, check_array, describe, device_view, key_reader,
+                     numpy_dtype, storage_dtype)
 from .descriptor import MAX_M, Operands, Problem
 from .device import device_facts, supports_pdl
 from .dispatch import Plan, plan_gemv
