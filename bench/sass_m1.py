@@ -69,9 +69,11 @@ def steady_path(ins: list, is_weight_load, outer: bool = False) -> list:
     """Indices of one pass of the innermost loop (a backward ``BRA``) holding the most
     instructions for which ``is_weight_load(instruction)`` (``outer``: of the smallest loop
     around that one, its inner loop passed once), on its guard-free path: of each warp-uniform
-    if/else (``@P BRA else; then; BRA join; else: ...; join:``) the side with more unpredicated
-    weight loads, then the shorter; an if without else is counted as taken (its body issued);
-    branches leaving the loop (the divergent-shuffle fallback) as not taken."""
+    if/else (``@P BRA else; then; BRA join; else: ...; join:``) the side with fewer FFMA (bf16:
+    the staged fp16 fold, not the float32 one), then more unpredicated weight loads (no
+    predicated tail loads), then the shorter (no clamps); an if without else is counted as taken
+    (its body issued) unless its body holds a barrier (``BAR``: bf16's once-per-block activation
+    stage) and not the innermost loop's back edge; branches leaving the loop (the divergent-shuffle fallback) as not taken."""
     where = {ins[i][0]: i for i in range(len(ins)) if ins[i][0]}
     loops = []
     for i, x in enumerate(ins):
@@ -80,14 +82,16 @@ def steady_path(ins: list, is_weight_load, outer: bool = False) -> list:
             body = range(where[t], i + 1)
             loops.append((sum(map(is_weight_load, (ins[j] for j in body))), -len(body), body))
     _, _, body = max(loops)
+    inner = body
     if outer:
         around = [b for _, _, b in loops if b.start <= body.start and body.stop <= b.stop
                   and len(b) > len(body)]
         body = min(around, key=len) if around else body
     lo, hi = body.start, body.stop
 
-    def loads(path):
-        return sum(1 for j in path if is_weight_load(ins[j]) and not ins[j][1])
+    def key(path):
+        return (sum(1 for j in path if ins[j][2].startswith("FFMA")),
+                -sum(1 for j in path if is_weight_load(ins[j]) and not ins[j][1]), len(path))
 
     def walk(a, b):
         path, i = [], a
@@ -102,10 +106,12 @@ def steady_path(ins: list, is_weight_load, outer: bool = False) -> list:
                         and j < where[_target(before)] <= b:
                     k = where[_target(before)]
                     then, other = walk(i + 1, j - 1), walk(j, k)
-                    path += min([then + [j - 1], other], key=lambda q: (-loads(q), len(q)))
+                    path += min([then + [j - 1], other], key=key)
                     i = k
                     continue
-                if not x[1]:
+                once = any(ins[q][2].startswith("BAR") for q in range(i + 1, j)) \
+                    and not i < inner.stop - 1 < j       # a stage, not the loop that holds it
+                if not x[1] or once:
                     i = j
                     continue
             i += 1
@@ -151,10 +157,15 @@ CASES = {
     "default bf16 bs128": ("default", ("bfloat16", 128, False)),
     "default fp16 bs16 zp": ("default", ("float16", 16, True)),
     "default bf16 bs16 zp": ("default", ("bfloat16", 16, True)),
+    "default fp16 bs32 c4u1b4": ("default", ("float16", 32, False, dict(unroll=1))),
     "default fp16 bs32 c4u1b5p": ("default", ("float16", 32, False,
                                               dict(unroll=1, blocks_per_sm=5, pipeline=True))),
+    "default fp16 bs16 zp c4u1b5p": ("default", ("float16", 16, True,
+                                                 dict(unroll=1, blocks_per_sm=5, pipeline=True))),
     "default bf16 bs16 zp c4u1b5p": ("default", ("bfloat16", 16, True,
                                                  dict(unroll=1, blocks_per_sm=5, pipeline=True))),
+    "default bf16 bs32 c4u1b5p": ("default", ("bfloat16", 32, False,
+                                              dict(unroll=1, blocks_per_sm=5, pipeline=True))),
 }
 
 
