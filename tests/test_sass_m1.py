@@ -33,3 +33,29 @@ def test_sass_m1_walks_the_guard_free_side_and_counts_loads_up_to_the_first_use(
     assert path == [1, 2, 3, 4, 8, 9, 10, 11]          # then-side, not the guarded else-side
     assert steady_path(ins, _is_weight_load, outer=True) == path   # no loop around it
     assert loads_before_first_use(ins, path) == {"128": 2, "32": 1}
+
+
+# bf16's step: a once-per-block stage (an if without else holding a barrier) and a runtime
+# choice between the staged fp16 fold (LDS, HFMA2) and the float32 fold (FFMA).
+BF16_LISTING = "\n".join([
+    ".L_x_0:",
+    "        /*0000*/                   LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;",
+    "        /*0010*/               @P0 BRA `(.L_x_1) ;",
+    "        /*0020*/                   STS [R3], R1 ;",
+    "        /*0030*/                   BAR.RED.OR.DEFER_BLOCKING 0x0, P1 ;",
+    ".L_x_1:",
+    "        /*0040*/               @P2 BRA `(.L_x_2) ;",
+    "        /*0050*/                   FFMA R8, R4, R9, R8 ;",
+    "        /*0060*/                   FFMA R8, R5, R9, R8 ;",
+    "        /*0070*/                   BRA `(.L_x_3) ;",
+    ".L_x_2:",
+    "        /*0080*/                   LDS R10, [R3] ;",
+    "        /*0090*/                   HFMA2 R11, R4, R10, RZ ;",
+    "        /*00a0*/                   HFMA2 R12, R5, R10, R11 ;",
+    ".L_x_3:",
+    "        /*00b0*/               @P3 BRA `(.L_x_0) ;"])
+
+
+def test_sass_m1_skips_the_stage_and_takes_the_staged_fold_over_the_float32_one():
+    ins = parse(BF16_LISTING)
+    assert steady_path(ins, _is_weight_load) == [0, 1, 4, 8, 9, 10, 11]
