@@ -166,6 +166,10 @@ CASES = {
                                                  dict(unroll=1, blocks_per_sm=5, pipeline=True))),
     "default bf16 bs32 c4u1b5p": ("default", ("bfloat16", 32, False,
                                               dict(unroll=1, blocks_per_sm=5, pipeline=True))),
+    "default fp16 bs32 c4u2b4p": ("default", ("float16", 32, False, dict(pipeline=True))),
+    "default bf16 bs32 c4u2b4p": ("default", ("bfloat16", 32, False, dict(pipeline=True))),
+    "default fp16 bs16 zp c4u1b4p": ("default", ("float16", 16, True, dict(pipeline=True))),
+    "default bf16 bs16 zp c4u1b4p": ("default", ("bfloat16", 16, True, dict(pipeline=True))),
 }
 
 
