@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-__all__ = ["parse", "steady_path", "loads_before_first_use", "CASES", "main"]
+__all__ = ["parse", "steady_path", "loads_before_first_use", "is_weight_load", "measure", "CASES", "main"]
 
 _LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)\s*([^;]*);")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
@@ -34,11 +34,13 @@ _REG = re.compile(r"\bR(\d+)(\.64)?\b")
 _LOAD_REGS = {"128": 4, "64": 2}
 #: lm_head, the issue 19 shape every row is compiled for.
 N, K = 151936, 2048
+#: sm_90 register file per SM, and the per-thread allocation granule (registers).
+REGISTERS_PER_SM, REGISTER_GRANULE = 65536, 8
 #: INT4 elements in a default-tiling chunk (16 bytes) and in a single-warp uint64 word.
 ELEMENTS_PER_CHUNK, ELEMENTS_PER_U64 = 32, 16
 
 
-def _is_weight_load(x) -> bool:
+def is_weight_load(x) -> bool:
     """A 16- or 8-byte global load (the kernels' weight loads; the default tiling's activation
     loads are 16-byte too, but issued in the fold, after the first use)."""
     return x[2].startswith("LDG") and (".128" in x[2] or ".64" in x[2])
@@ -229,17 +231,20 @@ def measure(name, sass_dir=None) -> dict:
         with open(os.path.join(sass_dir, re.sub(r"\W+", "_", name) + ".sass"), "w") as f:
             f.write(sass)
     ins = parse(sass)
-    path = steady_path(ins, _is_weight_load)
+    path = steady_path(ins, is_weight_load)
     per_element = len(path) / per_pass if per_pass else None
     if inner:    # group = the group loop's pass (its step loop once) + the other steps
-        group = len(steady_path(ins, _is_weight_load, outer=True)) + (inner - 1) * len(path)
+        group = len(steady_path(ins, is_weight_load, outer=True)) + (inner - 1) * len(path)
         per_element = group / (per_pass * inner)
     loads = loads_before_first_use(ins, path)
     mix = collections.Counter(ins[i][2].split(".")[0] for i in path)
     regs = int(re.search(r"Used (\d+) registers", r.stderr).group(1))
     spill = int(re.search(r"(\d+) bytes spill stores", r.stderr).group(1))
     shared = re.search(r"(\d+) bytes smem", r.stderr)
-    bps = bps or min(32, 65536 // (threads * -(-regs // 8) * 8))  # no bound: register-limited
+    if not bps:   # no launch bound (single-warp 4x4): as many blocks as its registers allow
+        from int4gemv.kernels.single_warp import BLOCKS_PER_SM
+        per_thread = -(-regs // REGISTER_GRANULE) * REGISTER_GRANULE
+        bps = min(BLOCKS_PER_SM, REGISTERS_PER_SM // (threads * per_thread))
     return {"name": name, "config": label, "registers": regs, "spill_bytes": spill,
             "smem": int(shared.group(1)) if shared else 0, "static": len(ins),
             "path": len(path), "per_pass_elements": per_pass, "per_element": per_element,

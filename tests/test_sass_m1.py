@@ -1,6 +1,6 @@
 """bench.sass_m1's SASS walk (pure functions; no compiler needed)."""
 
-from bench.sass_m1 import _is_weight_load, loads_before_first_use, parse, steady_path
+from bench.sass_m1 import is_weight_load, loads_before_first_use, parse, steady_path
 
 # A loop whose step is a warp-uniform if/else: the guard-free side (two unpredicated 16-byte
 # loads) and the guarded side (predicated loads and a clamp), then a scale load, the first use
@@ -29,9 +29,9 @@ LISTING = "\n".join([
 def test_sass_m1_walks_the_guard_free_side_and_counts_loads_up_to_the_first_use():
     ins = parse(LISTING)
     assert len(ins) == 14 and ins[1][:3] == (".L_x_0", "@P0", "BRA")
-    path = steady_path(ins, _is_weight_load)
+    path = steady_path(ins, is_weight_load)
     assert path == [1, 2, 3, 4, 8, 9, 10, 11]          # then-side, not the guarded else-side
-    assert steady_path(ins, _is_weight_load, outer=True) == path   # no loop around it
+    assert steady_path(ins, is_weight_load, outer=True) == path   # no loop around it
     assert loads_before_first_use(ins, path) == {"128": 2, "32": 1}
 
 
@@ -58,4 +58,4 @@ BF16_LISTING = "\n".join([
 
 def test_sass_m1_skips_the_stage_and_takes_the_staged_fold_over_the_float32_one():
     ins = parse(BF16_LISTING)
-    assert steady_path(ins, _is_weight_load) == [0, 1, 4, 8, 9, 10, 11]
+    assert steady_path(ins, is_weight_load) == [0, 1, 4, 8, 9, 10, 11]
