@@ -132,9 +132,10 @@ def default_kernel(config: DefaultConfig):
                 for h in range(2 if TWO_GROUPS else 1):
                     g = (2 * j + h if full else min(2 * j + h, nb - 1)) if TWO_GROUPS \
                         else j // CHUNKS_PER_GROUP
-                    sv[c, u, h] = to_float(scales[n * nb + g])
+                    # unsigned indices: no negative-index wrap (SHF + LOP3 + IADD3 per load)
+                    sv[c, u, h] = to_float(scales[np.uint64(n * nb + g)])
                     if ZP:
-                        byte = np.uint32(zero_points[n * nzb + (g >> 1)])
+                        byte = np.uint32(zero_points[np.uint64(n * nzb + (g >> 1))])
                         q = (byte >> np.uint32((g & 1) << 2)) & np.uint32(15)
                         zv[c, u, h] = q if SCALAR else zero_point_offset(q)
                     else:
@@ -203,13 +204,13 @@ def default_kernel(config: DefaultConfig):
             for c in range(C):
                 n = col0 + c * P
                 if n < N:
-                    b = to_float(bias[n]) if has_bias else float32(0.0)
+                    b = to_float(bias[np.uint64(n)]) if has_bias else float32(0.0)
                     for m in range(M):
                         y = acc[m, c] + b
                         if F16:
-                            out[m * N + n] = y
+                            out[np.uint64(m * N + n)] = y
                         else:
-                            out[m * N + n] = bf16.to_bf16_bits(y)
+                            out[np.uint64(m * N + n)] = bf16.to_bf16_bits(y)
         for m in range(M):
             for c in range(C):
                 acc[m, c] = float32(0.0)

@@ -33,6 +33,7 @@ __all__ = ["scalar_fold", "stage_activations", "half_range_pays", "HALF_MIN_GROU
            "STAGE_MAX_K", "STAGE_WORDS", "CHUNK_STRIDE"]
 
 _U0, _U1, _U2, _U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
+_ALL = np.uint32(0xFFFFFFFF)
 
 #: bf16 at M = 1 takes the fp16 arithmetic only in grids with at least this many column groups
 #: per warp. Converting and testing the activations is one more pass over them before the first
@@ -142,10 +143,12 @@ def _fold(config, load_act, HALF):
             x = load_act(act, 32 * j + 8 * q, valid)
             return pair_words(x[0], x[1], x[2], x[3])
         if HALF:
-            if not valid:
-                return (_U0, _U0, _U0, _U0)
+            # a select, not a branch: j is a valid (clamped) chunk, so the words can be read
+            # and masked (a branch here kept the K-tail guards in the bf16 full step: SASS)
+            keep = _ALL if valid else _U0
             b = np.uint32(CHUNK_STRIDE * j + 4 * q)   # unsigned: no negative-index wrap
-            return (stage[b], stage[b + _U1], stage[b + _U2], stage[b + _U3])
+            return (stage[b] & keep, stage[b + _U1] & keep, stage[b + _U2] & keep,
+                    stage[b + _U3] & keep)
         x = load_act(act, 32 * j + 8 * q, valid)
         return (bf16.low_value(x[0]), bf16.high_value(x[0]), bf16.low_value(x[1]),
                 bf16.high_value(x[1]), bf16.low_value(x[2]), bf16.high_value(x[2]),
