@@ -9,10 +9,7 @@ One decode step of the workload (Qwen3-VL-2B: 28 layers, lm_head) as :class:`int
 each GEMV reads the previous one's output, so the step is data-dependent. Random weights at the
 real shapes; the logits are checked against the float64 chain (:func:`int4gemv.decode.tolerance`).
 
-A configuration is ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP]``
-(``bps``: grid cap in blocks per SM; ``silu``: silu·mul as a programmatic launch or not, default
-as the tuning, or ``fused`` into the split-K down kernel; ``KIND=CxU``: that GEMV kind on the
-single-warp kernel at that shape; ``down=CxUkP``: the split-K down kernel, ``P`` warps per K chunk). Per configuration the
+A configuration is ``layout:tuning[:options]`` (:mod:`bench.decode_configs`). Per configuration the
 step is captured once into a graph owned by ``lifecycle.numba_provider`` (input staged from a
 retained pinned buffer), replayed and released, and reported: ``us_per_step`` (median of
 back-to-back replays timed by CUDA events between them, after a warm-up), the byte floor (weights +
@@ -28,82 +25,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from .decode_configs import LAYOUTS, chain_options, parse_config
 from .decode_report import write_report
 from .decode_timeline import measure_timeline
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "int4gemv" / "workloads" / "qwen3_vl_2b_decode.json"
-LAYOUTS = ("merged", "separate")
 #: Bytes of the buffer torch copies to measure the copy bandwidth (≫ the 60 MB L2).
 COPY_BYTES = 1 << 30
 
-__all__ = ["parse_config", "kind_tunings", "chain_options", "replay_times_us", "torch_copy_bandwidth", "measure_config", "run", "parse_args",
-           "main"]
-
-
-def parse_config(text: str) -> dict:
-    """``"merged:auto+pdl:bps=8:silu=plain:down=1x8s"`` → the DecodeChain keywords and a label
-    (``down=1x8s``: the down projections run the single-warp kernel at 1 column x unroll 8 with
-    streamed activations — ``r``: registers, neither: the kernel's choice — and the tuning's
-    ``pdl``/``prefetch``; ``down=4x4k4``: the split-K down kernel, 4 columns x unroll 4 per warp,
-    4 column warps per K chunk; ``silu=fused`` needs it)."""
-    from int4gemv.decode.chain import GEMV_KINDS, TUNINGS
-
-    layout, _, rest = text.partition(":")
-    tuning, *extras = rest.split(":") if rest else [""]
-    if layout not in LAYOUTS + ("persistent",) or (layout != "persistent" and tuning not in TUNINGS):
-        raise ValueError(f"configuration {text!r}: expected layout:tuning with layout in {LAYOUTS} "
-                         f"and tuning in {TUNINGS}")
-    cfg = dict(layout=layout, tuning=tuning, blocks_per_sm=None, silu_pdl=None, kind_tunings={}, label=tuning,
-               down_split=None, fuse_silu=False)
-    for e in extras:
-        key, _, value = e.partition("=")
-        shape = re.fullmatch(r"(\d+)x(\d+)([sr]?)", value)
-        split = re.fullmatch(r"(\d+)x(\d+)k(\d+)", value)
-        if key == "bps" and value.isdigit() and int(value) > 0:
-            cfg["blocks_per_sm"] = int(value)
-        elif key == "silu" and value in ("pdl", "plain"):
-            cfg["silu_pdl"] = value == "pdl"
-        elif key == "silu" and value == "fused":
-            cfg["fuse_silu"] = True
-        elif key == "down" and split:
-            cfg["down_split"] = dict(cols=int(split[1]), unroll=int(split[2]), col_warps=int(split[3]))
-        elif key in GEMV_KINDS and shape:
-            cfg["kind_tunings"][key] = dict(cols=int(shape[1]), unroll=int(shape[2]),
-                                            activations={"s": "streaming", "r": "registers"}.get(shape[3]))
-        else:
-            raise ValueError(f"configuration {text!r}: unknown option {e!r} (bps=N, silu=pdl|plain|fused, "
-                             f"KIND=CxU[s|r] with KIND in {GEMV_KINDS}, down=CxUkP)")
-        cfg["label"] += f" {e}"
-    if cfg["fuse_silu"] and cfg["down_split"] is None:
-        raise ValueError(f"configuration {text!r}: silu=fused needs down=CxUkP (the split-K down kernel)")
-    return cfg
-
-
-def kind_tunings(cfg) -> dict:
-    """``{kind: int4gemv.Tuning}`` of a parsed configuration: single-warp at the given shape,
-    with the chain tuning's ``pdl`` and ``prefetch``."""
-    from int4gemv import Tuning
-    from int4gemv.decode import launch_options
-
-    flags = launch_options(cfg["tuning"])
-    return {k: Tuning("single_warp", pdl=flags["pdl"], prefetch=flags["prefetch"], **v)
-            for k, v in cfg["kind_tunings"].items()}
-
-
-def chain_options(cfg) -> dict:
-    """The :class:`~int4gemv.decode.DecodeChain` keywords of a parsed configuration."""
-    from int4gemv.decode import SplitK
-
-    return dict(merged=cfg["layout"] == "merged", tuning=cfg["tuning"], blocks_per_sm=cfg["blocks_per_sm"],
-                silu_pdl=cfg["silu_pdl"], kind_tunings=kind_tunings(cfg), fuse_silu=cfg["fuse_silu"],
-                down_split=None if cfg["down_split"] is None else SplitK(**cfg["down_split"]))
+__all__ = ["replay_times_us", "torch_copy_bandwidth", "measure_config", "run", "parse_args", "main"]
 
 
 def replay_times_us(provider, graph_id: int, replays: int, warmup: int = 20) -> np.ndarray:

@@ -142,7 +142,7 @@ def test_chain_refuses_inconsistent_down_options(rng):
 
 
 def test_bench_parses_split_k_and_fused_silu():
-    from bench.decode_chain import chain_options, parse_config
+    from bench.decode_configs import chain_options, parse_config
 
     cfg = parse_config("merged:single_warp+pdl:qkv=4x4s:down=4x4k2:silu=fused")
     opts = chain_options(cfg)

@@ -83,7 +83,7 @@ def test_kernel_spans_refuse_a_launch_that_did_not_run():
 
 
 def test_bench_configurations_parse_to_chain_keywords():
-    from bench.decode_chain import kind_tunings, parse_config
+    from bench.decode_configs import kind_tunings, parse_config
 
     cfg = parse_config("merged:single_warp+pdl:qkv=4x4s:down=1x8:bps=8:silu=plain")
     assert (cfg["layout"], cfg["tuning"], cfg["blocks_per_sm"], cfg["silu_pdl"]) == \
