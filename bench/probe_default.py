@@ -44,6 +44,22 @@ def torch_weights(torch, N, K, bs, zp, dtype, gen):
     return packed, scales, zps
 
 
+def rotated_operands(torch, N, K, M, bs, zp, dtype, gen):
+    """``(weights, a, out, bias, wbytes)`` of one probe row: as many :func:`torch_weights` copies
+    as rotate over :data:`ROTATE_BYTES` (each its packed bytes, scales and zero points, ``wbytes``
+    in all), random ``a [M, K]``, a NaN-poisoned ``out [M * N]`` and a zero ``bias``, in the
+    row's dtype."""
+    nb = -(-K // bs)
+    wbytes = N * nb * bs // 2 + N * nb * 2 + (N * ((nb + 1) // 2) if zp else 0)
+    copies = max(1, -(-ROTATE_BYTES // wbytes))
+    weights = [torch_weights(torch, N, K, bs, zp, dtype, gen) for _ in range(copies)]
+    tdt = torch.float16 if dtype == "float16" else torch.bfloat16
+    a = torch.randn((M, K), device="cuda", generator=gen).to(tdt)
+    out = torch.full((M * N,), float("nan"), device="cuda", dtype=tdt)
+    bias = torch.zeros(1, device="cuda", dtype=tdt)
+    return weights, a, out, bias, wbytes
+
+
 def tinygemm_issue(torch, N, K, M, gen):
     """``(issue, copies, nbytes)``: tinygemm (bf16, group 32) on random int4-packed weights rotated
     over :data:`ROTATE_BYTES`; ``issue(i, handle)`` runs copy ``i`` on the current torch stream."""
@@ -149,14 +165,8 @@ def main(argv=None):
         if time.time() - t0 > args.budget:
             print(f"skipped (time budget): default {name} M={M} bs={bs} zp={zp} {dtype} {override}")
             return None
-        nb = -(-K // bs)
-        wbytes = N * nb * bs // 2 + N * nb * 2 + (N * ((nb + 1) // 2) if zp else 0)
-        copies = max(1, -(-ROTATE_BYTES // wbytes))
-        weights = [torch_weights(torch, N, K, bs, zp, dtype, gen) for _ in range(copies)]
-        tdt = torch.float16 if dtype == "float16" else torch.bfloat16
-        a = torch.randn((M, K), device="cuda", generator=gen).to(tdt)
-        out = torch.full((M * N,), float("nan"), device="cuda", dtype=tdt)
-        bias = torch.zeros(1, device="cuda", dtype=tdt)
+        weights, a, out, bias, wbytes = rotated_operands(torch, N, K, M, bs, zp, dtype, gen)
+        copies = len(weights)
         config = choose_config(M, N, K, bs, dtype, zp, multiprocessors=sms)
         if override:
             config = DefaultConfig(**{**config.__dict__, **override})

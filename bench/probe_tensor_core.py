@@ -23,7 +23,7 @@ import numpy as np
 
 from bench.graph_timer import time_in_torch_graph
 
-from bench.probe_default import ROTATE_BYTES, first, reference, tinygemm_issue, torch_weights
+from bench.probe_default import ROTATE_BYTES, first, reference, rotated_operands, tinygemm_issue
 
 SHAPES = {"k/v": (1024, 2048), "q/o": (2048, 2048), "gate/up": (6144, 2048),
           "gate_up": (12288, 2048), "down": (2048, 6144), "lm_head": (151936, 2048)}
@@ -188,14 +188,8 @@ def main(argv=None):
 
     def run_tc(shape, M, bs, zp, dtype, override):
         N, K = SHAPES[shape]
-        nb = -(-K // bs)
-        wbytes = N * nb * bs // 2 + N * nb * 2 + (N * ((nb + 1) // 2) if zp else 0)
-        copies = max(1, -(-ROTATE_BYTES // wbytes))
-        weights = [torch_weights(torch, N, K, bs, zp, dtype, gen) for _ in range(copies)]
-        tdt = torch.float16 if dtype == "float16" else torch.bfloat16
-        a = torch.randn((M, K), device="cuda", generator=gen).to(tdt)
-        out = torch.full((M * N,), float("nan"), device="cuda", dtype=tdt)
-        bias = torch.zeros(1, device="cuda", dtype=tdt)
+        weights, a, out, bias, wbytes = rotated_operands(torch, N, K, M, bs, zp, dtype, gen)
+        copies = len(weights)
         config = choose_config(M, N, K, bs, dtype, zp, multiprocessors=sms)
         if override:
             config = TensorCoreConfig(**{**config.__dict__, **override})
