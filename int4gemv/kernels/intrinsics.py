@@ -1,6 +1,7 @@
 """Bit, half2 and warp primitives the kernels use, with faithful stand-ins for Numba's simulator.
 
 On hardware these are libdevice / warp intrinsics and small inline-PTX functions: ``fma.rn.f16x2``,
+``fma.rn.bf16x2``, ``lop3.b32``,
 ``cvt.rn.f16x2.f32`` and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is
 carried as the uint32 holding its bits, low half = element 0), the two ``griddepcontrol`` instructions of a
 programmatic dependent launch and a bulk L2 prefetch (a no-op on the simulator). Numba's
@@ -20,7 +21,7 @@ from numba import cuda
 
 from ..device import simulated
 
-__all__ = ["int_as_float", "half2_fma", "half2_sum", "and_or", "pack_half2", "wait_for_previous_grid",
+__all__ = ["int_as_float", "half2_fma", "bf16x2_fma", "half2_sum", "and_or", "pack_half2", "wait_for_previous_grid",
            "allow_next_grid", "prefetch_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
@@ -28,6 +29,7 @@ FULL_MASK = 0xFFFFFFFF
 SIMULATED = simulated()
 
 if SIMULATED:
+    import ml_dtypes
 
     def int_as_float(x):
         """Reinterpret the bits of an int32 as a float32."""
@@ -35,6 +37,9 @@ if SIMULATED:
 
     def _halves(bits):
         return np.array([bits], dtype=np.uint32).view(np.float16).astype(np.float64)
+
+    def _bf16_halves(bits):
+        return np.array([bits], dtype=np.uint32).view(ml_dtypes.bfloat16).astype(np.float64)
 
     def half2_fma(a, b, c):
         """``a * b + c`` per half, rounded once to fp16 (from float64), as half2 bits."""
@@ -45,6 +50,11 @@ if SIMULATED:
         """``float32(low half) + float32(high half)``."""
         lo, hi = _halves(x).astype(np.float32)
         return np.float32(lo + hi)
+
+    def bf16x2_fma(a, b, c):
+        """``fma.rn.bf16x2``: ``a * b + c`` per half, rounded once to bf16 (from float64)."""
+        r = (_bf16_halves(a) * _bf16_halves(b) + _bf16_halves(c)).astype(ml_dtypes.bfloat16)
+        return np.uint32(r.view(np.uint32)[0])
 
     def and_or(x, mask, bits):
         """``(x & mask) | bits`` as one ``lop3.b32`` (uint32)."""
@@ -98,6 +108,16 @@ else:
         def codegen(context, builder, signature, args):
             asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32] * 3),
                                "fma.rn.f16x2 $0, $1, $2, $3;", "=r,r,r,r")
+            return builder.call(asm, [context.cast(builder, v, t, types.uint32)
+                                      for v, t in zip(args, signature.args)])
+        return types.uint32(types.uint32, types.uint32, types.uint32), codegen
+
+    @intrinsic
+    def bf16x2_fma(typingctx, a, b, c):
+        """``fma.rn.bf16x2``: ``a * b + c`` per half, one rounding (bf16x2 as uint32 bits)."""
+        def codegen(context, builder, signature, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32] * 3),
+                               "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r")
             return builder.call(asm, [context.cast(builder, v, t, types.uint32)
                                       for v, t in zip(args, signature.args)])
         return types.uint32(types.uint32, types.uint32, types.uint32), codegen

@@ -1,5 +1,6 @@
 """INT4 nibbles to scaled ``mma`` operand pairs ``((q[2b] - zp) s, (q[2b+1] - zp) s)`` in natural
-order, fp16 and bf16, with ``lop3.b32`` and ``fma.rn.bf16x2`` (and simulator stand-ins).
+order, fp16 and bf16, with ``lop3.b32`` and ``fma.rn.bf16x2`` (:mod:`.intrinsics`, with their
+simulator stand-ins).
 
 Both dtypes take the same steps. One ``prmt.b32`` takes byte ``b`` of the word ``w`` into the
 low half and byte ``b`` of ``w >> 4`` into the high half, so both nibbles land in bits 0..3 of
@@ -26,10 +27,10 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .intrinsics import SIMULATED, half2_fma
+from .intrinsics import and_or, bf16x2_fma, half2_fma
 from .nibble_pairs import byte_perm
 
-__all__ = ["and_or", "bf16x2_fma", "scaled_pair_f16", "scaled_pair_bf16", "zero_point_offset_bf16",
+__all__ = ["scaled_pair_f16", "scaled_pair_bf16", "zero_point_offset_bf16",
            "zero_point_offset_f16", "NO_ZP_OFFSET_F16", "NO_ZP_OFFSET_BF16", "ONE_BF16X2", "NEG_ZERO_BF16X2"]
 
 _MAGIC16 = np.uint32(0x64006400)        # half2 (1024, 1024)
@@ -47,49 +48,6 @@ NEG_ZERO_BF16X2 = np.uint32(0x80008000)
 #: ``zero_point_offset_bf16(8)``: the offsets of a weight without zero points.
 NO_ZP_OFFSET_BF16 = np.uint32(0xC308C308)
 _PAIR = np.uint32(0x00010001)
-
-if SIMULATED:
-    import ml_dtypes
-
-    def _halves(bits):
-        return np.array([bits], dtype=np.uint32).view(ml_dtypes.bfloat16).astype(np.float64)
-
-    def bf16x2_fma(a, b, c):
-        """``fma.rn.bf16x2``: ``a * b + c`` per half, rounded once to bf16 (from float64)."""
-        r = (_halves(a) * _halves(b) + _halves(c)).astype(ml_dtypes.bfloat16)
-        return np.uint32(r.view(np.uint32)[0])
-
-    def and_or(a, b, c):
-        """``lop3.b32`` with table 0xEA: ``(a & b) | c``."""
-        return np.uint32((int(a) & int(b)) | int(c))
-
-else:
-    from llvmlite import ir
-    from numba import types
-    from numba.core.extending import intrinsic
-
-    _I32 = ir.IntType(32)
-
-    @intrinsic
-    def bf16x2_fma(typingctx, a, b, c):
-        """``fma.rn.bf16x2``: ``a * b + c`` per half, one rounding (bf16x2 as uint32 bits)."""
-        def codegen(context, builder, signature, args):
-            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32] * 3),
-                               "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r")
-            return builder.call(asm, [context.cast(builder, v, t, types.uint32)
-                                      for v, t in zip(args, signature.args)])
-        return types.uint32(types.uint32, types.uint32, types.uint32), codegen
-
-    @intrinsic
-    def and_or(typingctx, a, b, c):
-        """``lop3.b32`` with table 0xEA: ``(a & b) | c`` in one instruction."""
-        def codegen(context, builder, signature, args):
-            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32] * 3),
-                               "lop3.b32 $0, $1, $2, $3, 0xEA;", "=r,r,r,r")
-            return builder.call(asm, [context.cast(builder, v, t, types.uint32)
-                                      for v, t in zip(args, signature.args)])
-        return types.uint32(types.uint32, types.uint32, types.uint32), codegen
-
 
 @cuda.jit(device=True, inline=True)
 def zero_point_offset_bf16(zp):
