@@ -115,24 +115,30 @@ class Registry:
 
     # -- streams ---------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def in_turn(self, graph_id: int, op: str):
+    def in_turn(self, graph_id: int, op: str, *, keep_claim: bool = False):
         """Yield READY record ``graph_id`` with its stream's use claim and the lock held.
 
         The claim is taken first, outside the lock, waiting (up to ``stream_wait_timeout``) while
         another thread captures on the stream (see :class:`~lifecycle.streams.StreamClaims`); the
-        record is checked again under the lock. Both are released on exit."""
+        record is checked again under the lock. Both are released on exit, except that with
+        ``keep_claim`` a block that ends without an exception hands the claim to the caller, who
+        must ``claims.release(record.stream)`` (a wait that follows holds the stream throughout:
+        no other thread's capture slips in between the check and the wait)."""
         while True:
             with self.lock:
                 stream = self.ready(graph_id, op).stream
             claims.acquire(stream, f"{op} graph {graph_id}", self.stream_wait_timeout)
+            kept = False
             try:
                 with self.lock:
                     record = self.ready(graph_id, op)
                     if record.stream == stream:
                         yield record
+                        kept = keep_claim
                         return
             finally:
-                claims.release(stream)
+                if not kept:
+                    claims.release(stream)
             # released and captured again on another stream while this call waited: once more
 
     def resolve_stream(self, stream) -> int:

@@ -15,6 +15,7 @@ from .errors import attach_cleanup_errors
 from .record import GraphState
 from .registry import Registry
 from .sessions import refuse_on_capturing_thread
+from .streams import claims
 
 __all__ = ["wait"]
 
@@ -24,16 +25,17 @@ def wait(reg: Registry, graph_id: int, op: str, *, release: bool) -> None:
     destroy and free what it owns (see the module docstring). Raises the errors host functions
     raised meanwhile."""
     refuse_on_capturing_thread(f"{op} graph {graph_id}")
-    with reg.in_turn(graph_id, op) as record:
+    with reg.in_turn(graph_id, op, keep_claim=True) as record:
         with reg.ctx.current():
             reg.check_not_capturing(record.stream, f"{op} graph {graph_id}")
         steps = record.wait_steps(reg.driver)
         record.releasing = release  # a release refuses new work on the id from here on
         reg.hold(record)
         kept = (list(record.buffers), list(record.retained), list(record.host_funcs))  # see above
-    try:
+    try:  # the stream's use claim is held until the wait has ended (Registry.in_turn)
         _finish(reg, record, steps, graph_id, release=release)
     finally:
+        claims.release(record.stream)
         kept = None  # noqa: F841  the objects outlived every step, on every path; now dropped
 
 

@@ -64,7 +64,7 @@ def test_a_capture_waits_for_a_long_synchronize_on_its_stream(backend):
         p.replay(1)
         syncer = threading.Thread(target=p.synchronize, args=(1,))
         syncer.start()
-        _until(lambda: claims.holders(s)[1] == 1)  # the synchronize holds the stream, waiting on the GPU
+        _until(lambda: claims.holders(s)[1] >= 1)  # the synchronize holds the stream, waiting on the GPU
         threading.Timer(0.3, gate.set).start()
         t0 = time.monotonic()
         capture_payload(p, 2, s, dst, 2.0)  # waits until the synchronize returned, then captures
@@ -73,6 +73,37 @@ def test_a_capture_waits_for_a_long_synchronize_on_its_stream(backend):
         assert waited < WAIT / 4, "the capture was not woken when the synchronize ended"
         syncer.join(WAIT)
         assert not syncer.is_alive()
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 1.0))
+    backend.assert_clean()
+
+
+@pytest.mark.parametrize("op", ["synchronize", "release"])
+def test_a_wait_holds_its_stream_from_its_turn_to_its_end(backend, monkeypatch, op):
+    """The use claim a synchronize/release takes for its turn is the one it waits under: between
+    them no other thread's capture can slip onto the stream (on the H200 a capture once began
+    while a synchronize still waited, in the gap between two claims)."""
+    s, dst, gate, drops = backend.stream(), backend.zeros(8), threading.Event(), []
+    release = claims.release
+
+    def watched_release(handle):
+        release(handle)
+        if handle == s and not gate.is_set() and claims.holders(s)[1] == 0:
+            drops.append(op)  # the stream was free while the wait had not ended
+
+    with backend.provider() as p:
+        with p.capture(1, stream=s) as cap:
+            cap.host_func(lambda: gate.wait(WAIT))
+            cap.copy_to_device(dst, cap.stage(np.full(8, 1.0, np.float32)))
+        p.replay(1)
+        monkeypatch.setattr(claims, "release", watched_release)
+        waiter = threading.Thread(target=getattr(p, op), args=(1,))
+        waiter.start()
+        _until(lambda: claims.holders(s)[1] >= 1)
+        time.sleep(0.05)
+        gate.set()
+        waiter.join(WAIT)
+        assert not waiter.is_alive() and drops == []
+        monkeypatch.undo()
         np.testing.assert_array_equal(backend.read(dst), np.full(8, 1.0))
     backend.assert_clean()
 
@@ -147,7 +178,7 @@ def test_a_waiting_capture_goes_before_new_uses_of_its_stream(backend):
         p.replay(1)
         holder = threading.Thread(target=_reporting(lambda: p.synchronize(1), errors, 0))
         holder.start()  # holds the stream while it waits on the gated graph
-        _until(lambda: claims.holders(s)[1] == 1)
+        _until(lambda: claims.holders(s)[1] >= 1)
 
         def capture():
             with q.capture(5, stream=s) as c:
