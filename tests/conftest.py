@@ -14,6 +14,12 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not os.path.exists("/dev/nvidiac
     print("tests: no NVIDIA device node, so the kernels run on Numba's CUDA simulator "
           "(NUMBA_ENABLE_CUDASIM=1) at tiny shapes", file=sys.stderr)
 
+# Numba colours its warnings through colorama, whose init()/deinit() wrap sys.stdout without a
+# lock: kernels launched from several threads at once (the lifecycle stress) warned concurrently
+# and left stdout wrapped in itself (RecursionError on the next print, H200, 470f880). Read once,
+# when numba.core.errors is first imported, so it is set before any numba import.
+os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from numba import config  # noqa: E402
@@ -30,9 +36,9 @@ SLOW_S = 10.0
 
 def pytest_runtest_logreport(report):
     """Append failures to ``$PYTEST_REPORT_DIR/failures.log`` and slow phases to ``slow.log``
-    as they happen (under xdist this runs in the controller, once per report)."""
-    if not REPORT_DIR:
-        return
+    as they happen (under xdist: in the controller only, once per report)."""
+    if not REPORT_DIR or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # an xdist worker's reports reach the controller, which writes them once
     os.makedirs(REPORT_DIR, exist_ok=True)
     if report.failed:
         with open(os.path.join(REPORT_DIR, "failures.log"), "a") as f:
