@@ -10,6 +10,7 @@ import pytest
 from numba import cuda
 
 from int4gemv.decode.stamps import stamp_buffer, stamped
+from int4gemv.device import simulated
 from int4gemv.decode.timeline import kernel_spans, layer_totals, stamp_granularity
 from int4gemv.kernels.global_timer import global_timer
 
@@ -22,14 +23,25 @@ def _timed_fill(out, value):
         out[i] = value + global_timer()
 
 
-def test_global_timer_stand_in_is_a_shared_nanosecond_clock():
-    before = time.monotonic_ns()
+def test_global_timer_is_a_shared_nanosecond_clock():
+    """Both forms: one clock for every thread of a launch, counting nanoseconds (two launches
+    a host sleep apart differ by that sleep). The stand-in reads ``time.monotonic_ns`` and runs
+    blocks and threads in order; the hardware's origin is its own (on the H200 the Unix epoch)."""
     out = cuda.to_device(np.zeros(8, np.uint64))
+    before = time.monotonic_ns()
     _timed_fill[2, 4](out, np.uint64(0))
+    first = out.copy_to_host()
     after = time.monotonic_ns()
-    got = out.copy_to_host()
-    assert got.dtype == np.uint64 and np.all((before <= got) & (got <= after))
-    assert np.all(np.diff(got.astype(np.int64)) >= 0)  # simulated blocks and threads run in order
+    time.sleep(0.05)
+    _timed_fill[2, 4](out, np.uint64(0))
+    second = out.copy_to_host()
+    assert first.dtype == np.uint64 and np.all(first > 0)
+    assert int(first.max() - first.min()) <= after - before  # one launch: one shared clock
+    gap = int(second.min()) - int(first.max())
+    assert 0.05e9 <= gap <= 5e9, f"{gap} ns across a 50 ms sleep: not a nanosecond clock"
+    if simulated():  # the stand-in: monotonic_ns, blocks and threads run in order
+        assert np.all((before <= first) & (first <= after))
+        assert np.all(np.diff(first.astype(np.int64)) >= 0)
 
 
 def test_stamped_kernel_runs_the_body_between_its_stamps():
