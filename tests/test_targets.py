@@ -2,6 +2,9 @@
 checked, and the target table judges a timed document row by row (pure functions)."""
 
 import json
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -11,14 +14,27 @@ from int4gemv.device import simulated
 
 SIMULATED = simulated()
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCHEMA = ("kind", "shape", "N", "K", "M", "bs", "zp", "dtype", "us", "floor_us", "tinygemm_us", "error",
           "variant", "pct_floor")
 
 
-@pytest.mark.skipif(not SIMULATED, reason="on a GPU the command is the bench run itself (minutes)")
+def simulated_run(args, capsys):
+    """``python -m bench.targets --simulate ARGS``: in this process on the simulator; on a GPU in
+    a fresh one (the simulator must be chosen before CUDA starts). Returns (exit code, stdout,
+    stderr)."""
+    if SIMULATED:
+        rc = targets.main(["--simulate", *args])
+        captured = capsys.readouterr()
+        return rc, captured.out, captured.err
+    proc = subprocess.run([sys.executable, "-m", "bench.targets", "--simulate", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 def test_the_simulator_run_writes_every_row_checked(tmp_path, capsys):
-    rc = targets.main(["--simulate", "--out", str(tmp_path), "--formats", "16+zp",
-                       "--variants", "default,single_warp,tensor_core,env", "--m", "1,3"])
+    rc, out, _ = simulated_run(["--out", str(tmp_path), "--formats", "16+zp",
+                             "--variants", "default,single_warp,tensor_core,env", "--m", "1,3"], capsys)
     assert rc == 0
     (path,) = tmp_path.glob("targets-*.json")
     doc = json.loads(path.read_text())
@@ -33,7 +49,7 @@ def test_the_simulator_run_writes_every_row_checked(tmp_path, capsys):
     assert len(gemv) == 20 and all(r["ok"] and r["error"] < 1e-2 and r["us"] is None for r in gemv)
     assert {r["variant"] for r in gemv} == {"default", "tensor_core", "env"} and len(doc["skipped"]) == 12
     assert [r["ok"] for r in rows if r["kind"] == "floor"] == [True, True]
-    assert "not checked" in capsys.readouterr().out
+    assert "not checked" in out
 
 
 def test_variants_default_to_every_registered_kernel_then_auto_and_env():
@@ -95,11 +111,11 @@ def test_probe_configs_parse_or_are_refused():
         targets.parse_args(["--out", "x", "--configs", "c4u1"])
 
 
-@pytest.mark.skipif(not SIMULATED, reason="on a GPU the command is the bench run itself (minutes)")
 def test_the_env_row_is_skipped_not_faked_when_a_control_is_set(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INT4GEMV_SINGLE_WARP", "1")
-    assert targets.main(["--simulate", "--out", str(tmp_path), "--formats", "32", "--dtypes", "float16",
-                         "--variants", "default,env"]) == 0
+    rc, _, err = simulated_run(["--out", str(tmp_path), "--formats", "32", "--dtypes", "float16",
+                                "--variants", "default,env"], capsys)
+    assert rc == 0
     doc = json.loads(next(tmp_path.glob("targets-*.json")).read_text())
     assert {r["variant"] for r in doc["rows"] if r["kind"] == "int4gemv"} == {"default"}
-    assert "INT4GEMV_SINGLE_WARP set" in capsys.readouterr().err
+    assert "INT4GEMV_SINGLE_WARP set" in err
