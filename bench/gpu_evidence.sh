@@ -8,6 +8,8 @@
 #   4. bench.targets, tensor cores at M = 2, 8, 16 on gate/up, down, lm_head.
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/gpu_evidence.sh
 # STAGES (default "tests eager m1 batch") picks the stages to run, in that order.
+# The machine has no network: carry what the suite needs as wheels, gemlite among them (its peer
+# rows skip without it; PyPI has only its sdist: `pip wheel --no-deps gemlite==0.6.0.post2`).
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
 mkdir -p "$out"
