@@ -66,9 +66,8 @@ def lane_groups(block_size: int) -> int:
 
 
 def step_functions(config):
-    """The step device functions of ``config`` (a :class:`~.tensor_core_config.TensorCoreConfig`
-    whose ``M`` is 8 or 16 when every row of its row tiles exists): ``(issue_step, fold_step,
-    prefetch_act)``.
+    """The step device functions of ``config`` (a :class:`~.tensor_core_config.TensorCoreConfig`;
+    its ``M`` matters only through ``row_tiles``): ``(issue_step, fold_step, prefetch_act)``.
 
     ``issue_step(packed, scales, zero_points, cols, s0, seg_end, t, K, nb, nzb, row_bytes, raw,
     sv, zv)`` issues every weight, scale and zero-point load of the step at segment ``s0``
