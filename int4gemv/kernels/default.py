@@ -29,10 +29,10 @@ step's loads (crossing into the next column group) while this step is folded; wi
 warp issues, then folds (the previous session measured a second buffer slower when registers
 spilled; bench/NOTES.md).
 
-Arithmetic, M > 1 (:mod:`.nibble_pairs`): byte ``b`` of a word becomes the exact fp16 pair
-``(q[2b] - zp, q[2b+1] - zp)`` with one PRMT, one LOP3 and one HFMA2; these pairs line up with
-activations as they lie in memory, so each row costs one ``fma.rn.f16x2`` per pair (fp16), or
-float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the re-paired dequant (no PRMT) and the
+Arithmetic, M > 1 (:mod:`.default_batch`): byte ``b`` of a word becomes the exact fp16 pair
+``(q[2b] - zp, q[2b+1] - zp)`` with one PRMT, one LOP3 and one HFMA2 (:mod:`.nibble_pairs`);
+these pairs line up with activations as they lie in memory, so each row costs one
+``fma.rn.f16x2`` per pair (fp16), or float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the re-paired dequant (no PRMT) and the
 activations re-paired once per chunk for all columns, about 2.6 instructions per element (fp16,
 SASS). fp16 sums 8 products per half in fp16, then float32; bf16 at M > 1 multiplies and
 accumulates in float32, at M = 1 it takes the fp16 arithmetic when every activation of the lane
@@ -51,18 +51,16 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
+from .default_batch import batch_fold
 from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
                              choose_config, geometry)
 from .default_m1 import STAGE_MAX_K, STAGE_WORDS, half_range_pays, scalar_fold, stage_activations
-from .intrinsics import (SIMULATED, allow_next_grid, half2_fma, half2_sum, shfl_xor,
-                         wait_for_previous_grid)
-from .nibble_pairs import NO_ZP_OFFSET, dequant_pair, half_high, half_low, zero_point_offset
+from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
+from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
 from .vector_loads import load8, load16
 
 __all__ = ["DefaultConfig", "choice_reasons", "choose_config", "default_kernel", "geometry", "DTYPES", "MAX_M",
            "COLS", "LANES", "UNROLLS"]
-
-_U0 = np.uint32(0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -141,52 +139,7 @@ def default_kernel(config: DefaultConfig):
                     else:
                         zv[c, u, h] = NO_ZP_OFFSET
 
-    @cuda.jit(device=True, inline=True)
-    def fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, full):
-        """Add one step's products to ``acc[m, c]``: each word is unpacked once (exact fp16
-        pairs ``q - zp``) and applied to every activation row (``full`` as in ``issue``)."""
-        dq = cuda.local.array((C, 16), np.uint32)
-        part = cuda.local.array(C, float32)
-        for u in range(U):
-            j_raw = j0 + u * L
-            j = j_raw if full else min(j_raw, nchunks - 1)
-            for c in range(C):
-                for i in range(4):
-                    z = zv[c, u, i // 2] if TWO_GROUPS else zv[c, u, 0]
-                    for b in range(4):
-                        dq[c, 4 * i + b] = dequant_pair(raw[c, u, i], b, z)
-            for m in range(M):
-                base = m * K + 32 * j
-                for c in range(C):
-                    part[c] = float32(0.0)
-                for h in range(2):
-                    xa = load_act(act, base + 16 * h, full or 4 * j_raw + 2 * h < nwords)
-                    xb = load_act(act, base + 16 * h + 8, full or 4 * j_raw + 2 * h + 1 < nwords)
-                    for c in range(C):
-                        if F16:
-                            t = _U0
-                            for e in range(4):
-                                t = half2_fma(dq[c, 8 * h + e], xa[e], t)
-                            for e in range(4):
-                                t = half2_fma(dq[c, 8 * h + 4 + e], xb[e], t)
-                            f = half2_sum(t)
-                        else:
-                            f = float32(0.0)
-                            for e in range(4):
-                                d = dq[c, 8 * h + e]
-                                f += half_low(d) * bf16.low_value(xa[e])
-                                f += half_high(d) * bf16.high_value(xa[e])
-                            for e in range(4):
-                                d = dq[c, 8 * h + 4 + e]
-                                f += half_low(d) * bf16.low_value(xb[e])
-                                f += half_high(d) * bf16.high_value(xb[e])
-                        if TWO_GROUPS:
-                            part[c] += sv[c, u, h] * f
-                        else:
-                            part[c] += f
-                for c in range(C):
-                    acc[m, c] += part[c] if TWO_GROUPS else sv[c, u, 0] * part[c]
-
+    fold = batch_fold(config, load_act)
     fold_m1 = scalar_fold(config, load_act)
     stage_fill = stage_activations(config, load_act)
     pays = cuda.jit(device=True, inline=True)(half_range_pays)

@@ -3,7 +3,7 @@ output store (+ bias), in a fixed order (no atomics: the result does not depend 
 
 Accumulator slot ``j = (c * row_tiles + mt) * 4 + r`` of a lane ``(g, t)`` is ``acc[c, mt, r]``:
 ``mma`` D fragment ``r`` of tile ``c`` and row tile ``mt`` (d0, d1: column g, rows 2t, 2t + 1;
-d2, d3: column g + 8), see :mod:`.tensor_core`.
+d2, d3: column g + 8), see :mod:`.tensor_core_step`.
 """
 
 from __future__ import annotations
