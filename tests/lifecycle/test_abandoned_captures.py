@@ -7,12 +7,14 @@ its staging buffers are freed, and the thread may capture, release and close aga
 thread cannot end it (CUDA): ``close()`` there is refused, naming the owner thread.
 """
 
+import gc
 import threading
 
 import numpy as np
 import pytest
 
-from lifecycle import CaptureError, CaptureStatus, GraphState
+from lifecycle import (CaptureError, CaptureStatus, GraphProvider, GraphState, SimDriver,
+                       UnclosedProviderWarning)
 
 from payloads import capture_payload
 
@@ -152,3 +154,26 @@ def test_close_from_a_thread_capturing_for_another_provider_is_still_refused(bac
         assert not p1.closed and p1.graph_ids() == (1,)
         p0.end_capture(cap)
     backend.assert_clean()
+
+
+def test_a_capture_whose_thread_exited_is_named_as_such_not_as_endable_there():
+    """Simulated driver only (on a GPU the stream would stay in capture for the rest of the
+    process). A thread that began a capture and returned without ending it: ``close()`` and
+    ``discard_capture`` from another thread are refused (CUDA lets only that thread end it), and
+    the refusal says the thread has exited and that nothing can end the capture, instead of
+    sending the caller to a thread that no longer exists."""
+    sim = SimDriver(timeout=5.0)
+    sim.ctx_set_current(sim.primary_ctx_retain(0))
+    p = GraphProvider(sim, stream_wait_timeout=1.0)
+    t = threading.Thread(target=lambda: p.begin_capture(4), name="cell-worker")
+    t.start()
+    t.join()
+    for refused in (p.close, lambda: p.discard_capture(4)):
+        with pytest.raises(CaptureError, match="which has exited without ending it") as info:
+            refused()
+        assert "call end_capture(capture)" not in str(info.value)
+    assert p.state(4) is GraphState.CAPTURING and not p.closed
+    with pytest.warns(UnclosedProviderWarning):   # dropped: the finalizer warns, frees nothing
+        del p, refused, info
+        gc.collect()
+    sim.close()
