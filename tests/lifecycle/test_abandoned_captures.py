@@ -15,6 +15,7 @@ import pytest
 
 from lifecycle import (CaptureError, CaptureStatus, GraphProvider, GraphState, SimDriver,
                        UnclosedProviderWarning)
+from lifecycle.streams import claims
 
 from payloads import capture_payload
 
@@ -165,6 +166,7 @@ def test_a_capture_whose_thread_exited_is_named_as_such_not_as_endable_there():
     sim = SimDriver(timeout=5.0)
     sim.ctx_set_current(sim.primary_ctx_retain(0))
     p = GraphProvider(sim, stream_wait_timeout=1.0)
+    handle = p.stream
     t = threading.Thread(target=lambda: p.begin_capture(4), name="cell-worker")
     t.start()
     t.join()
@@ -176,4 +178,8 @@ def test_a_capture_whose_thread_exited_is_named_as_such_not_as_endable_there():
     with pytest.warns(UnclosedProviderWarning):   # dropped: the finalizer warns, frees nothing
         del p, refused, info
         gc.collect()
+    # Stream claims are process-wide, by handle, and every SimDriver numbers its streams from the
+    # same start: drop the dead capture's claim so that later tests' streams are not held by it.
+    assert claims.holders(handle)[0] == 4
+    claims.release_capture(handle)
     sim.close()
