@@ -70,6 +70,7 @@ class Registry:
         self.disposal = Disposal(driver)
         self.own_stream: int | None = None
         self.closed = False
+        self.dropped = False                        # the provider was garbage-collected unclosed
         self.ctx_retained = True
         self.busy = 0
         self.host_errors: collections.deque = collections.deque()

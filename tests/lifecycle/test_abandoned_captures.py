@@ -9,6 +9,7 @@ thread cannot end it (CUDA): ``close()`` there is refused, naming the owner thre
 
 import gc
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -182,4 +183,36 @@ def test_a_capture_whose_thread_exited_is_named_as_such_not_as_endable_there():
     # same start: drop the dead capture's claim so that later tests' streams are not held by it.
     assert claims.holders(handle)[0] == 4
     claims.release_capture(handle)
+    sim.close()
+
+
+def test_a_dropped_providers_open_capture_does_not_wedge_its_thread():
+    """Simulated driver only. A notebook cell ran ``p = GraphProvider(...)``,
+    ``cap = p.begin_capture(3)`` and raised; the cell is re-run, so the old provider (and its
+    ``Capture``) is garbage-collected with the capture open. No one else can end that capture,
+    so the thread's next lifecycle call discards it: the new provider captures, replays and closes,
+    and the dropped provider is torn down (its staging buffer freed, its stream destroyed)."""
+    sim = SimDriver(timeout=5.0)
+    sim.ctx_set_current(sim.primary_ctx_retain(0))
+    baseline = sim.live_resources()
+    d = sim.device_array(4)
+    p = GraphProvider(sim)
+    handle = p.stream
+    cap = p.begin_capture(3)
+    cap.stage(np.ones(4, np.float32))
+    with pytest.warns(UnclosedProviderWarning):   # the re-run cell drops the old provider
+        del p, cap
+        gc.collect()
+    with GraphProvider(sim) as q:
+        with q.capture(3) as c:
+            c.copy_to_device(d, c.stage(np.full(4, 5.0, np.float32)))
+        q.replay(3)
+        q.synchronize(3)
+        np.testing.assert_array_equal(d.copy_to_host(), np.full(4, 5.0))
+    assert claims.holders(handle)[0] is None
+    deadline = time.monotonic() + 5.0   # the dropped provider's teardown runs on its own thread
+    while sim.live_resources() != baseline:
+        assert time.monotonic() < deadline, (sim.live_resources(), baseline)
+        time.sleep(0.01)
+    assert sim.violations == []
     sim.close()
