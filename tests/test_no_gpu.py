@@ -30,7 +30,7 @@ def _run(script: str) -> str:
 
 NO_GPU_SCRIPT = """
     import numpy as np, int4gemv
-    from int4gemv.benchmark import time_gemv, compare
+    from int4gemv.benchmark import time_gemv, compare, copy_bandwidth, measure_replays
     from int4gemv.decode import ChainShape, DecodeChain, PersistentChain, random_chain
 
     assert not int4gemv.gpu_present()
@@ -46,6 +46,8 @@ NO_GPU_SCRIPT = """
         "compare": lambda: compare([(8, 32)]),
         "DecodeChain": lambda: DecodeChain(*chain),
         "PersistentChain": lambda: PersistentChain(*chain),
+        "copy_bandwidth": lambda: copy_bandwidth(1 << 20),
+        "measure_replays": lambda: measure_replays(lambda: None, 0),
     }
     for name, call in calls.items():
         try:
@@ -69,7 +71,9 @@ def test_without_a_gpu_plans_work_and_launches_raise_one_clear_error():
     assert "auto -> auto: nearest measured shape on NVIDIA H200" in out   # that model's table entries
     entry = {"gemv": "int4gemv.gemv", "to_device": "QuantizedWeight.to_device",
              "time_gemv": "int4gemv.benchmark", "compare": "int4gemv.benchmark",
-             "DecodeChain": "int4gemv.decode.DecodeChain", "PersistentChain": "int4gemv.decode.PersistentChain"}
+             "DecodeChain": "int4gemv.decode.DecodeChain", "PersistentChain": "int4gemv.decode.PersistentChain",
+             "copy_bandwidth": "int4gemv.benchmark.copy_bandwidth",
+             "measure_replays": "int4gemv.benchmark.measure_replays"}
     for name, what in entry.items():
         line = next(x for x in out.splitlines() if x.startswith(f"{name}:"))
         assert f"NoGPUError: {what} needs a CUDA GPU" in line, line          # before Numba's CUDA
