@@ -21,14 +21,20 @@ from .staging import PinnedBuffer
 __all__ = ["Capture", "device_pointer"]
 
 
+#: A device address is a nonzero unsigned 64-bit value (``CUdeviceptr``); 0 is the null pointer.
+_MAX_POINTER = 2**64 - 1
+
+
 def device_pointer(dst, nbytes: int) -> int:
-    """The device address of ``dst`` (an int, or a C-contiguous ``__cuda_array_interface__``
-    object of at least ``nbytes`` bytes)."""
-    if isinstance(dst, (int, np.integer)) and not isinstance(dst, bool):
+    """The device address of ``dst`` (an int in ``1..2**64-1``, or a C-contiguous
+    ``__cuda_array_interface__`` object of at least ``nbytes`` bytes)."""
+    if isinstance(dst, (int, np.integer)) and not isinstance(dst, (bool, np.bool_)):
+        if not 0 < int(dst) <= _MAX_POINTER:
+            raise ValueError(f"dst must be a device pointer in 1..2**64-1 or a CUDA array; got {int(dst)}")
         return int(dst)
     cai = getattr(dst, "__cuda_array_interface__", None)
     if cai is None:
-        raise TypeError(f"destination must be a device pointer or a CUDA array; got {type(dst).__name__} "
+        raise TypeError(f"dst must be a device pointer or a CUDA array; got {type(dst).__name__} "
                         "(only device arrays may be used inside a capture)")
     shape, itemsize = tuple(cai["shape"]), np.dtype(cai["typestr"]).itemsize
     size = int(np.prod(shape, dtype=np.int64)) * itemsize
@@ -37,10 +43,10 @@ def device_pointer(dst, nbytes: int) -> int:
         expected = itemsize
         for dim, stride in zip(reversed(shape), reversed(strides), strict=False):
             if dim > 1 and stride != expected:
-                raise ValueError(f"destination must be C-contiguous; got strides {strides}")
+                raise ValueError(f"dst must be C-contiguous; got strides {strides}")
             expected *= dim
     if size < nbytes:
-        raise ValueError(f"destination holds {size} bytes; the copy needs {nbytes}")
+        raise ValueError(f"dst: the destination holds {size} bytes; the copy needs {nbytes}")
     return int(cai["data"][0])
 
 
@@ -94,15 +100,15 @@ class Capture:
         """A retained pinned copy of ``data`` (on eager replays: the first run's buffer, as is).
 
         ``data``: a C-contiguous numpy array (or anything ``np.asarray`` takes) of a fixed-size
-        dtype with at least one element; object dtypes are a ``TypeError``, non-contiguous arrays
-        and empty data a ``ValueError``.
+        dtype with at least one element (a 0-d value is staged as shape ``(1,)``); object dtypes
+        are a ``TypeError``, non-contiguous arrays and empty data a ``ValueError``.
         """
         self._check_open()
         if isinstance(data, np.ndarray) and not data.flags.c_contiguous:
             raise ValueError(f"data must be C-contiguous; got an array with strides {data.strides} "
                              "(pass np.ascontiguousarray(data))")
         try:
-            data = np.asarray(data)
+            data = np.atleast_1d(np.asarray(data))   # a 0-d value is one element, shape (1,)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"data must be a numpy array or array-like; got {type(data).__name__}") from exc
         if data.dtype.hasobject or data.dtype.itemsize == 0:
@@ -120,12 +126,13 @@ class Capture:
 
         ``src`` must be a buffer of this graph id: a buffer of another graph could be freed while
         this graph still reads it. ``nbytes`` (default: all of ``src``) is an int in
-        ``1..src.nbytes``; ``dst``, if an array, must hold at least ``nbytes`` bytes. Every
-        argument is checked before anything is enqueued.
+        ``1..src.nbytes``; ``dst`` is a device pointer (an int in ``1..2**64-1``) or a C-contiguous
+        CUDA array holding at least ``nbytes`` bytes. Every argument is checked, and a bad one is a
+        ``TypeError``/``ValueError`` naming it, before anything is enqueued.
         """
         self._check_open()
         if not isinstance(src, PinnedBuffer):
-            raise TypeError("the source must be a PinnedBuffer from Capture.pinned()/stage(); "
+            raise TypeError("src must be a PinnedBuffer from Capture.pinned()/stage(); "
                             f"got {type(src).__name__}")
         if src.owner is not self._record.owner:
             raise LifecycleError(f"pinned buffer of graph {src.graph_id} belongs to another provider and "

@@ -139,10 +139,17 @@ def finalize(reg: "Registry", description: str) -> None:
     fresh thread (the collecting thread may be capturing, or hold locks the teardown needs)."""
     if reg.closed and not reg.ctx_retained:
         return
+    reg.dropped = True   # a capture it left open is discarded by its thread's next lifecycle call
     warnings.warn(f"{description} was garbage-collected without close(); its graphs and pinned "
                   "memory are released by a finalizer once their streams drain", UnclosedProviderWarning,
                   stacklevel=2)
+    teardown_later(reg)
 
+
+def teardown_later(reg: "Registry") -> None:
+    """Tear a dropped provider's ``reg`` down on a fresh thread (tried 3 times). An open capture
+    stops it: only its thread may end it (``lifecycle.sessions.discard_dropped`` does, then calls
+    this again)."""
     def run():
         for _ in range(3):
             try:

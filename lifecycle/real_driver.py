@@ -37,6 +37,10 @@ class _HostFuncHandle:
 
 _registry: "weakref.WeakValueDictionary[int, _HostFuncHandle]" = weakref.WeakValueDictionary()
 _keys = itertools.count(1)
+#: What a machine without a usable GPU is told (with the driver's own cause).
+_NO_GPU = ("no usable CUDA GPU here. Two ways out: run on a machine with an NVIDIA GPU and its "
+           "driver; or, without one, give the provider lifecycle.SimDriver() (the CPU model of "
+           "the driver: GraphProvider(SimDriver()))")
 _libcuda = None
 _libcuda_lock = threading.Lock()
 
@@ -84,12 +88,18 @@ class RealDriver:
 
     # -- devices and contexts ----------------------------------------------------------
     def init(self) -> None:
-        """``cuInit``; a machine without the driver library fails as ``CUDA_ERROR_NO_DEVICE``."""
+        """``cuInit``; a machine without the driver library fails as ``CUDA_ERROR_NO_DEVICE``.
+
+        Without a usable GPU (no driver library, or no device) the :class:`DriverError` says so
+        and names the two ways out: a GPU, or :class:`~lifecycle.testing.SimDriver`.
+        """
+        code = int(cu.CUresult.CUDA_ERROR_NO_DEVICE)
         try:
             result = cu.cuInit(0)
         except Exception as exc:  # cuda.bindings could not load libcuda at all
-            code = int(cu.CUresult.CUDA_ERROR_NO_DEVICE)
-            raise DriverError("cuInit", code, "CUDA_ERROR_NO_DEVICE", detail=str(exc)) from exc
+            raise DriverError("cuInit", code, "CUDA_ERROR_NO_DEVICE", detail=f"{exc}; {_NO_GPU}") from exc
+        if int(result[0]) == code:
+            raise DriverError("cuInit", code, "CUDA_ERROR_NO_DEVICE", detail=_NO_GPU)
         check("cuInit", result)
 
     def device_count(self) -> int:

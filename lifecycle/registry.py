@@ -70,6 +70,7 @@ class Registry:
         self.disposal = Disposal(driver)
         self.own_stream: int | None = None
         self.closed = False
+        self.dropped = False                        # the provider was garbage-collected unclosed
         self.ctx_retained = True
         self.busy = 0
         self.host_errors: collections.deque = collections.deque()
@@ -168,8 +169,14 @@ class Registry:
         """Which thread must end the open capture, and how (for refusals made in other threads)."""
         session = self.session
         named = {t.ident: t.name for t in threading.enumerate()}
-        who = f"thread {session.thread} ({named.get(session.thread, 'no longer running')})"
         gid = session.record.graph_id
+        if session.thread not in named:
+            return (f"graph {gid} was begun by thread {session.thread}, which has exited without ending "
+                    "it; CUDA lets only the capturing thread end a capture, so no thread can end this "
+                    "one and the provider cannot be closed (its stream stays in capture until the "
+                    "process exits). End or discard a capture in the thread that began it before that "
+                    "thread returns (`with provider.capture(...)` does)")
+        who = f"thread {session.thread} ({named[session.thread]})"
         return (f"graph {gid} is being captured by {who}; CUDA lets only that thread end its capture: "
                 f"call end_capture(capture), discard_capture({gid}) or close() there")
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .capture import Capture
+from .disposal import teardown_later
 from .driver import CaptureMode, CaptureStatus, Driver
 from .errors import CaptureError, GraphStateError, attach_cleanup_errors
 from .record import GraphRecord, GraphState
@@ -21,7 +22,7 @@ from .registry import Registry
 from .streams import check_capture_stream, claims
 
 __all__ = ["Session", "begin", "end", "abort", "discard_open", "discard_own", "wait_for_no_session",
-           "refuse_on_capturing_thread", "end_abandoned_capture", "exit_guard"]
+           "refuse_on_capturing_thread", "discard_dropped", "end_abandoned_capture", "exit_guard"]
 
 _thread = threading.local()  # .open: the sessions that really capture, opened by this thread
 
@@ -34,6 +35,7 @@ class Session:
     prev_ctx: int
     guard: Any
     claimed: str | None  # "capture" (graphs) or "use" (eager) on the record's stream, until closed
+    reg: Registry | None = None  # the provider's registry (to discard the capture if it is dropped)
 
 
 def _open_here() -> list[Session]:
@@ -43,7 +45,12 @@ def _open_here() -> list[Session]:
 def refuse_on_capturing_thread(op: str) -> None:
     """Raise :class:`CaptureError` if the calling thread has a lifecycle capture open (of any
     provider): ``op`` would make a call CUDA forbids there (allocation, instantiation, free,
-    synchronization) and that would invalidate the open capture."""
+    synchronization) and that would invalidate the open capture.
+
+    A capture left open by a provider that was garbage-collected (a notebook cell re-run with
+    ``p = GraphProvider(...)`` after an interrupted ``begin_capture``) is discarded here first, on
+    the thread that began it: no one else could end it, and it would wedge the thread."""
+    discard_dropped()
     sessions = _open_here()
     if sessions:
         graph_id = sessions[-1].record.graph_id
@@ -52,6 +59,24 @@ def refuse_on_capturing_thread(op: str) -> None:
                            "or freeing calls this needs would fail there and invalidate that capture; "
                            f"end it first (its provider's end_capture(capture), discard_capture({graph_id}) "
                            "or close()), or use another thread")
+
+
+def discard_dropped() -> None:
+    """Discard the calling thread's captures whose provider was dropped without ``close()`` (the
+    caller's context is kept), then let the finalizer tear that provider down. Cleanup errors are
+    dropped with the provider: no caller owns them."""
+    for session in [s for s in _open_here() if s.reg is not None and s.reg.dropped]:
+        reg = session.reg
+        prev = reg.driver.ctx_get_current()
+        notice = CaptureError(f"graph {session.record.graph_id}'s capture was left open by a provider "
+                              "that was garbage-collected; it was discarded")
+        try:
+            _discard(reg, session, notice)
+        except CaptureError:  # already discarded
+            pass
+        finally:
+            reg.driver.ctx_set_current(prev)
+        teardown_later(reg)
 
 
 def wait_for_no_session(reg: Registry, op: str, deadline: float | None) -> None:
@@ -130,7 +155,7 @@ def _open(reg: Registry, graph_id: int, handle: int, step, guard_factory, claime
     if record.eager:
         record.mark_issuing()
     cap = Capture(reg.driver, record, reg.device, relaxed=reg.graphs_enabled, host_errors=reg.host_errors)
-    session = Session(threading.get_ident(), cap, record, prev, guard, claimed)
+    session = Session(threading.get_ident(), cap, record, prev, guard, claimed, reg)
     reg.records[graph_id] = record
     reg.session = session
     if reg.graphs_enabled:

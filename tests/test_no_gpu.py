@@ -30,11 +30,13 @@ def _run(script: str) -> str:
 
 NO_GPU_SCRIPT = """
     import numpy as np, int4gemv
-    from int4gemv.benchmark import time_gemv, compare
+    from int4gemv.benchmark import time_gemv, compare, copy_bandwidth, measure_replays
+    from int4gemv.decode import ChainShape, DecodeChain, PersistentChain, random_chain
 
     assert not int4gemv.gpu_present()
     w = int4gemv.quantize(np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32))
     a = np.ones(256, np.float16)
+    chain = random_chain(ChainShape(layers=1, hidden=32, intermediate=64, q_dim=32, kv_dim=16, vocab=48))
     print(int4gemv.explain(a, w))
     print("auto ->", int4gemv.explain(a, w, variant="auto").reason)
     calls = {
@@ -42,6 +44,10 @@ NO_GPU_SCRIPT = """
         "to_device": lambda: w.to_device(),
         "time_gemv": lambda: time_gemv(w),
         "compare": lambda: compare([(8, 32)]),
+        "DecodeChain": lambda: DecodeChain(*chain),
+        "PersistentChain": lambda: PersistentChain(*chain),
+        "copy_bandwidth": lambda: copy_bandwidth(1 << 20),
+        "measure_replays": lambda: measure_replays(lambda: None, 0),
     }
     for name, call in calls.items():
         try:
@@ -64,7 +70,10 @@ def test_without_a_gpu_plans_work_and_launches_raise_one_clear_error():
     assert "device   : NVIDIA H200, 132 SMs" in out and "(assumed: " in out
     assert "auto -> auto: nearest measured shape on NVIDIA H200" in out   # that model's table entries
     entry = {"gemv": "int4gemv.gemv", "to_device": "QuantizedWeight.to_device",
-             "time_gemv": "int4gemv.benchmark", "compare": "int4gemv.benchmark"}
+             "time_gemv": "int4gemv.benchmark", "compare": "int4gemv.benchmark",
+             "DecodeChain": "int4gemv.decode.DecodeChain", "PersistentChain": "int4gemv.decode.PersistentChain",
+             "copy_bandwidth": "int4gemv.benchmark.copy_bandwidth",
+             "measure_replays": "int4gemv.benchmark.measure_replays"}
     for name, what in entry.items():
         line = next(x for x in out.splitlines() if x.startswith(f"{name}:"))
         assert f"NoGPUError: {what} needs a CUDA GPU" in line, line          # before Numba's CUDA

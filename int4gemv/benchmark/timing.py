@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..backend import require_gpu
+
 __all__ = [
     "DEFAULT_REPLAYS",
     "DEFAULT_WARMUP",
@@ -81,6 +83,7 @@ def measure_replays(replay, stream, *, launches: int = 1, replays: int = DEFAULT
 
     if replays < 1 or launches < 1:
         raise ValueError(f"replays and launches must be >= 1; got {replays}, {launches}")
+    require_gpu("int4gemv.benchmark.measure_replays")
     handle = stream_handle(stream)
     s = cuda.external_stream(handle) if handle else cuda.default_stream()
     for _ in range(warmup):
@@ -169,6 +172,7 @@ def copy_bandwidth(nbytes: int = 1 << 30, replays: int = 20, *, remeasure: bool 
     torch 4.17-4.20 in one process; bench/NOTES.md.) ``nbytes`` is rounded down to whole 8-byte
     words. Measured once per device and process unless ``remeasure``. Needs a GPU (the
     simulator has no timing events)."""
+    require_gpu("int4gemv.benchmark.copy_bandwidth")
     from numba import cuda
 
     from ..kernels.copy import copy_words

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from ..backend import require_gpu
 from ..device import device_facts
 from ..tuning import Tuning
 from .launches import GemvLaunch, KernelLaunch
@@ -141,6 +142,7 @@ class DecodeChain(ChainStep):
                              f"{'merged' if merged else 'separate'} layout does not run")
         layers, (self.hidden, self.q_dim, self.kv_dim, self.intermediate) = check_chain(layers, lm_head)
         self.options = launch_options(tuning)
+        require_gpu("int4gemv.decode.DecodeChain")   # arguments first; then before any device array
         self.layers, self.lm_head, self.merged, self.tuning = layers, lm_head, merged, tuning
         self.blocks_per_sm, self.timeline = blocks_per_sm, timeline
         self.silu_pdl = self.options["pdl"] if silu_pdl is None else silu_pdl

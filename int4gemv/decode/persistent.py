@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import config, cuda
 
+from ..backend import require_gpu
 from .model import check_chain
 from .persistent_kernel import PHASE_FIELDS, WARPS, chain_kernel, reset_kernel
 from .step import ChainStep
@@ -42,6 +43,7 @@ class PersistentChain(ChainStep):
         for name, v in (("blocks", blocks), ("max_items", max_items)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (name == "blocks")):
                 raise ValueError(f"{name} must be a {'positive' if name == 'blocks' else 'non-negative'} int; got {v!r}")
+        require_gpu("int4gemv.decode.PersistentChain")   # arguments first; then before any device array
         self.layers, self.lm_head, self.hidden = layers, lm_head, H
         self.merged, self.tuning = True, "persistent"
         offsets = dict(x=0, qkv=H, h=H + Q + 2 * KV)  # one fp16 buffer: x | qkv | h | gu | logits

@@ -7,12 +7,16 @@ its staging buffers are freed, and the thread may capture, release and close aga
 thread cannot end it (CUDA): ``close()`` there is refused, naming the owner thread.
 """
 
+import gc
 import threading
+import time
 
 import numpy as np
 import pytest
 
-from lifecycle import CaptureError, CaptureStatus, GraphState
+from lifecycle import (CaptureError, CaptureStatus, GraphProvider, GraphState, SimDriver,
+                       UnclosedProviderWarning)
+from lifecycle.streams import claims
 
 from payloads import capture_payload
 
@@ -152,3 +156,63 @@ def test_close_from_a_thread_capturing_for_another_provider_is_still_refused(bac
         assert not p1.closed and p1.graph_ids() == (1,)
         p0.end_capture(cap)
     backend.assert_clean()
+
+
+def test_a_capture_whose_thread_exited_is_named_as_such_not_as_endable_there():
+    """Simulated driver only (on a GPU the stream would stay in capture for the rest of the
+    process). A thread that began a capture and returned without ending it: ``close()`` and
+    ``discard_capture`` from another thread are refused (CUDA lets only that thread end it), and
+    the refusal says the thread has exited and that nothing can end the capture, instead of
+    sending the caller to a thread that no longer exists."""
+    sim = SimDriver(timeout=5.0)
+    sim.ctx_set_current(sim.primary_ctx_retain(0))
+    p = GraphProvider(sim, stream_wait_timeout=1.0)
+    handle = p.stream
+    t = threading.Thread(target=lambda: p.begin_capture(4), name="cell-worker")
+    t.start()
+    t.join()
+    for refused in (p.close, lambda: p.discard_capture(4)):
+        with pytest.raises(CaptureError, match="which has exited without ending it") as info:
+            refused()
+        assert "call end_capture(capture)" not in str(info.value)
+    assert p.state(4) is GraphState.CAPTURING and not p.closed
+    with pytest.warns(UnclosedProviderWarning):   # dropped: the finalizer warns, frees nothing
+        del p, refused, info
+        gc.collect()
+    # Stream claims are process-wide, by handle, and every SimDriver numbers its streams from the
+    # same start: drop the dead capture's claim so that later tests' streams are not held by it.
+    assert claims.holders(handle)[0] == 4
+    claims.release_capture(handle)
+    sim.close()
+
+
+def test_a_dropped_providers_open_capture_does_not_wedge_its_thread():
+    """Simulated driver only. A notebook cell ran ``p = GraphProvider(...)``,
+    ``cap = p.begin_capture(3)`` and raised; the cell is re-run, so the old provider (and its
+    ``Capture``) is garbage-collected with the capture open. No one else can end that capture,
+    so the thread's next lifecycle call discards it: the new provider captures, replays and closes,
+    and the dropped provider is torn down (its staging buffer freed, its stream destroyed)."""
+    sim = SimDriver(timeout=5.0)
+    sim.ctx_set_current(sim.primary_ctx_retain(0))
+    baseline = sim.live_resources()
+    d = sim.device_array(4)
+    p = GraphProvider(sim)
+    handle = p.stream
+    cap = p.begin_capture(3)
+    cap.stage(np.ones(4, np.float32))
+    with pytest.warns(UnclosedProviderWarning):   # the re-run cell drops the old provider
+        del p, cap
+        gc.collect()
+    with GraphProvider(sim) as q:
+        with q.capture(3) as c:
+            c.copy_to_device(d, c.stage(np.full(4, 5.0, np.float32)))
+        q.replay(3)
+        q.synchronize(3)
+        np.testing.assert_array_equal(d.copy_to_host(), np.full(4, 5.0))
+    assert claims.holders(handle)[0] is None
+    deadline = time.monotonic() + 5.0   # the dropped provider's teardown runs on its own thread
+    while sim.live_resources() != baseline:
+        assert time.monotonic() < deadline, (sim.live_resources(), baseline)
+        time.sleep(0.01)
+    assert sim.violations == []
+    sim.close()

@@ -103,6 +103,44 @@ def test_copy_to_device_refuses_a_destination_smaller_than_nbytes(backend):
     backend.assert_clean(drv)
 
 
+
+@pytest.mark.parametrize("dst, error", [(-5, ValueError), (0, ValueError), (1 << 64, ValueError),
+                                        (np.int64(-1), ValueError), (1.5, TypeError), ("x", TypeError),
+                                        (True, TypeError), (np.zeros(8, np.float32), TypeError)],
+                         ids=lambda v: repr(v)[:20])
+def test_a_bad_copy_destination_is_named_before_the_copy(backend, dst, error):
+    """``dst``: a device pointer in 1..2**64-1 or a CUDA array; anything else (a negative or null
+    pointer, a host array) is refused naming ``dst`` before the copy reaches the driver."""
+    s, good = backend.stream(), backend.zeros(8)
+    drv = backend.instrumented()
+    with backend.provider(drv) as p:
+        with pytest.raises(error, match="dst"):
+            with p.capture(1, stream=s) as cap:
+                src = cap.stage(np.ones(8, np.float32))
+                with pytest.raises(TypeError, match="src"):
+                    cap.copy_to_device(good, np.ones(8, np.float32))
+                cap.copy_to_device(dst, src)
+        assert drv.calls["memcpy_htod_async"] == 0, "the copy reached the driver"
+        assert p.graph_ids() == () and p.counters.pinned_buffers == 0
+    backend.assert_clean(drv)
+
+
+@pytest.mark.parametrize("value", [np.float32(3.0), 3.0, np.array(7, np.int32)], ids=repr)
+def test_stage_takes_a_scalar_as_one_element(backend, value):
+    """``stage`` takes anything ``np.asarray`` takes with one element or more; a 0-d value (a
+    position id, say) is staged as shape (1,), not refused with an error about a ``shape`` the
+    caller never passed."""
+    s, dst = backend.stream(), backend.zeros(1, np.asarray(value).dtype)
+    with backend.provider() as p:
+        with p.capture(1, stream=s) as cap:
+            buf = cap.stage(value)
+            assert buf.shape == (1,) and buf.array[0] == value
+            cap.copy_to_device(dst, buf)
+        p.replay(1)
+        p.synchronize(1)
+        np.testing.assert_array_equal(backend.read(dst), [value])
+    backend.assert_clean()
+
 @pytest.mark.parametrize("cls", [SimDriver, RealDriver])
 def test_a_driver_class_instead_of_an_instance_is_named(cls):
     with pytest.raises(TypeError, match=rf"driver must be a Driver instance; got the class {cls.__name__} "

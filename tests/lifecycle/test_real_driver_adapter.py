@@ -147,3 +147,25 @@ def test_without_a_gpu_the_real_driver_fails_cleanly_and_with_one_it_works():
     else:
         with GraphProvider() as p:
             assert p.counters.graphs_alive == 0
+
+
+@pytest.mark.parametrize("cuinit", ["no library", "no device"])
+def test_without_a_gpu_the_real_driver_names_the_two_ways_out(monkeypatch, cuinit):
+    """No driver library, or a driver with no device: ``GraphProvider()`` raises one
+    ``DriverError`` naming ``cuInit``, the cause and both ways out (a GPU, or ``SimDriver``).
+    ``cuInit`` is replaced, so no GPU is touched on any machine."""
+    from lifecycle import real_driver
+
+    def fake(flags):
+        if cuinit == "no library":
+            raise RuntimeError("libcuda.so.1: cannot open shared object file")
+        return (real_driver.cu.CUresult.CUDA_ERROR_NO_DEVICE,)
+
+    monkeypatch.setattr(real_driver.cu, "cuInit", fake)
+    with pytest.raises(DriverError, match="cuInit failed: CUDA_ERROR_NO_DEVICE") as info:
+        GraphProvider()
+    message = str(info.value)
+    assert "no usable CUDA GPU" in message and "SimDriver()" in message, message
+    assert info.value.call == "cuInit"
+    if cuinit == "no library":
+        assert "libcuda.so.1" in message, message
