@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import gpu_lock
 from .graph_timer import time_in_torch_graph
 from .target_probes import probe_row
+from .target_tc_probes import is_tc_spec, tc_probe_row, tc_shapes
 from .target_rows import MIN_LAUNCHES, norm_error, result_row
 
 __all__ = ["run_targets"]
@@ -78,8 +80,33 @@ def _run_simulated(plan, variants, args) -> dict:
                     err = norm_error(y, ref)
                     rows.append(result_row("int4gemv", v, label, N, K, M, bs, zp, dtype, error=err,
                                      ok=err <= 1e-2, kernel=_kernel_name(chosen)))
+                for spec in [c for c in args.configs or [] if is_tc_spec(c)] if M >= 2 else []:
+                    y = _simulate_tc(spec, a, w, M, N, K, bs, zp, dtype, store, host)
+                    err = norm_error(y, ref)
+                    rows.append(result_row("probe", spec, label, N, K, M, bs, zp, dtype, error=err,
+                                           ok=err <= 1e-2))
     return {"timed": False, "rows": rows, "skipped": skipped, "copy_bandwidth_gbs": None,
             "notes": ["simulator: tiny shapes, checked, nothing timed"]}
+
+
+def _simulate_tc(spec, a, w, M, N, K, bs, zp, dtype, store, host):
+    """A tensor-core probe on the simulator (2 SMs: persistent rounds at tiny N), poisoned
+    output; returns ``[M, N]`` in ``host`` dtype."""
+    from numba import cuda
+
+    from int4gemv.kernels.tensor_core import tensor_core_kernel
+    from int4gemv.kernels.tensor_core_config import geometry
+
+    from .target_tc_probes import tc_config
+
+    config = tc_config(spec, M, N, K, bs, dtype, zp, 2)
+    grid, block = geometry(config, N, 2)
+    d = w.device_arrays()
+    out = cuda.to_device(np.full(M * N, np.nan, np.float16).view(store))
+    act = cuda.to_device(np.ascontiguousarray(a).reshape(-1).view(np.uint16))
+    tensor_core_kernel(config)[grid, block](act, d["packed"], d["scales_flat"].view(np.uint16),
+                                            d["zero_points_flat"], d["no_bias"], False, out, K, N, M)
+    return out.copy_to_host().view(host).reshape(M, N)
 
 
 def _kernel_name(plan) -> str:
@@ -99,6 +126,7 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
     from int4gemv.benchmark.timing import copy_bandwidth
     from int4gemv.benchmark.weights import rotation_copies
 
+    gpu_lock.acquire()      # all GPU work under the --gpu-lock (released only to compile)
     dev = cuda.get_current_device()
     sms = dev.MULTIPROCESSOR_COUNT
     bw = copy_bandwidth()
@@ -159,9 +187,10 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                                    (label, N, K, M, bs, zp, dtype, nbytes, floor, tg, pct), skipped)
                     if row is not None:
                         rows.append(row)
-                for label_c in (args.configs or []) if M == 1 and label in args.config_shapes else []:
-                    rows.append(probe_row(label_c, ws, a, out, ref, floor, tg, copies, timer, args, sms,
-                                       (label, N, K, bs, zp, dtype, nbytes, pct)))
+                for label_c in _probes(args, label, M):
+                    probe = tc_probe_row if is_tc_spec(label_c) else probe_row
+                    rows.append(probe(label_c, ws, a, out, ref, floor, tg, copies, timer, args, sms,
+                                      (label, N, K, bs, zp, dtype, nbytes, pct)))
                 del a, out, ref
         del packed, scales, zps, w16, peer, keep
         torch.cuda.empty_cache()
@@ -175,6 +204,19 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                        "replays": args.replays, "rotate_bytes": rotate, "max_copies": 512}}
 
 
+def _probes(args, label, M) -> list:
+    """The ``--configs`` probes of one row: default-tiling specs at M = 1 on ``--config-shapes``,
+    tensor-core specs (``tc...``) at M >= 2 on their own shapes or ``--config-shapes``."""
+    out = []
+    for spec in args.configs or []:
+        if is_tc_spec(spec):
+            if M >= 2 and label in tc_shapes(spec, args.config_shapes):
+                out.append(spec)
+        elif M == 1 and label in args.config_shapes:
+            out.append(spec)
+    return out
+
+
 def _variant(v, ws, a, out, ref, stream, timer, args, copies, where, skipped):
     """One int4gemv variant: prepared once per weight copy (the public path), checked on a
     poisoned output, timed in a graph. ``None`` (and a ``skipped`` line) when the dispatcher would
@@ -186,7 +228,8 @@ def _variant(v, ws, a, out, ref, stream, timer, args, copies, where, skipped):
     label, N, K, M, bs, zp, dtype, nbytes, floor, tg, pct = where
     what = f"{v} {label} bs{bs} zp{int(zp)} {dtype} M={M}"
     try:
-        runs = [ig.prepare(a, w, out=out, tuning=_tuning(v)) for w in ws]
+        with gpu_lock.compiling():    # the first prepare compiles (CPU only)
+            runs = [ig.prepare(a, w, out=out, tuning=_tuning(v)) for w in ws]
     except (TypeError, ValueError) as exc:
         skipped.append(f"{what}: {exc}")
         return None

@@ -56,14 +56,20 @@ def parse_args(argv=None):
     p.add_argument("--shapes", help=f"comma-separated labels of {tuple(SHAPES)}")
     p.add_argument("--dtypes", default=",".join(DTYPES), help="float16,bfloat16 (default both)")
     p.add_argument("--formats", help="comma-separated bs[+zp] on lm_head, e.g. 32,16+zp (default all)")
-    p.add_argument("--variants", help="comma-separated variants (default: every registered kernel, auto, env)")
+    p.add_argument("--variants", help="comma-separated variants (default: every registered kernel, auto, env; "
+                                       "none: probes only)")
     p.add_argument("--no-tinygemm", action="store_true", help="skip the tinygemm peer")
-    p.add_argument("--configs", help="default-tiling overrides timed as probe rows at M = 1, e.g. c4u1b5p,c2u2b6 "
-                                     "(cols, unroll, blocks per SM, p = pipeline)")
+    p.add_argument("--configs", help="probe rows: default-tiling overrides at M = 1, e.g. c4u1b5p,c2u2b6 "
+                                     "(cols, unroll, blocks per SM, p = pipeline), and tensor-core "
+                                     "overrides at M >= 2, e.g. tck4u4w8b2d0@gate/up+down "
+                                     "(bench/target_tc_probes.py)")
     p.add_argument("--config-shapes", default="lm_head", help="shapes the --configs probes run on (default lm_head)")
     p.add_argument("--replays", type=int, help="timed graph replays (default 30, --quick 20; >= 10)")
     p.add_argument("--rotate-mb", type=int, default=256, help="weight copies rotated per row, MB (>= 128)")
     p.add_argument("--simulate", action="store_true", help="Numba's simulator at tiny shapes")
+    p.add_argument("--gpu-lock", type=Path, metavar="FILE",
+                   help="share the GPU with other runs using FILE: GPU work under an exclusive lock, "
+                        "released only while compiling (bench/gpu_lock.py)")
     args = p.parse_args(argv)
     if args.table:
         return args
@@ -90,12 +96,16 @@ def parse_args(argv=None):
     args.config_shapes = args.config_shapes.split(",")
     if args.configs:
         from .target_probes import parse_config
+        from .target_tc_probes import is_tc_spec, parse_tc_config, tc_shapes
 
         args.configs = args.configs.split(",")
         try:
-            [parse_config(c) for c in args.configs]
+            [parse_tc_config(c) if is_tc_spec(c) else parse_config(c) for c in args.configs]
         except ValueError as exc:
             p.error(str(exc))
+        unknown = {s for c in args.configs if is_tc_spec(c) for s in tc_shapes(c, ())} - set(SHAPES)
+        if unknown:
+            p.error(f"unknown shapes {sorted(unknown)} in --configs; accepted: {', '.join(SHAPES)}")
     if args.replays is None:
         args.replays = 20 if args.quick else 30
     if args.replays < 10 or args.rotate_mb < 128:
@@ -104,12 +114,15 @@ def parse_args(argv=None):
 
 
 def variants(chosen=None) -> list:
-    """Every registered kernel, then ``auto`` and ``env`` (or ``chosen``, checked)."""
+    """Every registered kernel, then ``auto`` and ``env`` (or ``chosen``, checked; ``["none"]``:
+    no variant rows, only floors, peers and ``--configs`` probes)."""
     from int4gemv.registry import KERNELS
 
     known = list(KERNELS) + ["auto", "env"]
     if chosen is None:
         return known
+    if list(chosen) == ["none"]:
+        return []
     bad = [v for v in chosen if v not in known]
     if bad:
         raise ValueError(f"unknown variants {bad}; accepted: {', '.join(known)}")
@@ -139,6 +152,10 @@ def main(argv=None) -> int:
         print(format_markdown(doc) if args.markdown else format_targets(doc))
         return 0
     from int4gemv.backend import gpu_present, use_simulator
+
+    from . import gpu_lock
+
+    gpu_lock.configure(args.gpu_lock)
 
     if args.simulate or not gpu_present():
         use_simulator()

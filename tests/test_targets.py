@@ -58,6 +58,7 @@ def test_variants_default_to_every_registered_kernel_then_auto_and_env():
     assert targets.variants() == list(KERNELS) + ["auto", "env"]
     with pytest.raises(ValueError, match="unknown variants"):
         targets.variants(["fastest"])
+    assert targets.variants(["none"]) == []
 
 
 @pytest.mark.parametrize("argv", [["--out", "x", "--m", "0"], ["--out", "x", "--formats", "48"],
@@ -109,6 +110,67 @@ def test_probe_configs_parse_or_are_refused():
     assert parse_config("c2u2b6") == {"cols": 2, "unroll": 2, "blocks_per_sm": 6, "pipeline": False}
     with pytest.raises(SystemExit):
         targets.parse_args(["--out", "x", "--configs", "c4u1"])
+
+
+@pytest.mark.parametrize("spec, fields, shapes", [
+    ("tck4u4w8b2d0@gate/up+down", dict(ksplit=4, unroll=4, warps=8, blocks_per_sm=2, double_buffer=False),
+     ("gate/up", "down")),
+    ("tct2b2", dict(tiles=2, blocks_per_sm=2), None), ("tcd1", dict(double_buffer=True), None)])
+def test_tensor_core_probe_specs_parse(spec, fields, shapes):
+    from bench.target_tc_probes import parse_tc_config, tc_config, tc_shapes
+
+    assert parse_tc_config(spec) == (fields, shapes)
+    assert tc_shapes(spec, ["lm_head"]) == (shapes or ("lm_head",))
+    config = tc_config(spec, 8, 6144, 2048, 32, "float16", False, 132)
+    assert all(getattr(config, k) == v for k, v in fields.items())
+
+
+@pytest.mark.parametrize("spec", ["tck4k2", "tcd2", "tcx4", "tck4@qkv", "tck4u"])
+def test_bad_tensor_core_probe_specs_are_usage_errors(spec):
+    with pytest.raises(SystemExit) as exc:
+        targets.parse_args(["--out", "x", "--configs", spec])
+    assert exc.value.code == 2
+
+
+def test_the_simulator_runs_tensor_core_probes_checked(tmp_path, capsys):
+    rc, _, _ = simulated_run(["--out", str(tmp_path), "--formats", "32", "--variants", "tensor_core",
+                              "--m", "1,16", "--dtypes", "float16", "--no-tinygemm",
+                              "--configs", "tck4u4w8b2d0@gate/up+down,tct2b2@lm_head"], capsys)
+    assert rc == 0
+    (path,) = tmp_path.glob("targets-*.json")
+    probes = [r for r in json.loads(path.read_text())["rows"] if r["kind"] == "probe"]
+    # 2 tiny shapes x 2 specs at M = 16 (none at M = 1): poisoned, every element checked
+    assert len(probes) == 4 and all(r["ok"] and r["M"] == 16 for r in probes)
+
+
+def test_the_gpu_lock_is_released_only_while_compiling(tmp_path):
+    import fcntl
+
+    from bench import gpu_lock
+
+    lock = tmp_path / "gpu.lock"
+
+    def free():
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+    gpu_lock.configure(lock)
+    try:
+        assert free()
+        gpu_lock.acquire()
+        assert not free()
+        with gpu_lock.compiling():
+            assert free()
+        assert not free()
+    finally:
+        gpu_lock.configure(None)
+        assert free()
+    with gpu_lock.compiling():   # no lock file: a no-op
+        pass
 
 
 def test_the_env_row_is_skipped_not_faked_when_a_control_is_set(tmp_path, monkeypatch, capsys):

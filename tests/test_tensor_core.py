@@ -217,6 +217,13 @@ def test_n_tails(rng, N):
     (dict(double_buffer=True, unroll=1, ksplit=4), "float16", 3),
     (dict(act_vector=False), "bfloat16", 3), (dict(ksplit=2, warps=4, blocks_per_sm=1), "float16", 3),
     (dict(ksplit=8, unroll=1), "float16", 5),   # more K-split warps than segments and than sums
+    # the session-6 probe candidates (bench/target_tc_probes.py): fewer, longer warps; two tiles
+    # at 2 blocks per SM; split-K 4 double-buffered
+    (dict(ksplit=4, unroll=4, warps=8, blocks_per_sm=2, double_buffer=False), "float16", 8),
+    (dict(ksplit=4, unroll=4, warps=8, blocks_per_sm=2, double_buffer=False), "bfloat16", 16),
+    (dict(ksplit=8, unroll=4, warps=8, blocks_per_sm=2, double_buffer=False), "float16", 2),
+    (dict(tiles=2, blocks_per_sm=2), "float16", 16),
+    (dict(ksplit=4, unroll=2, warps=8, blocks_per_sm=2, double_buffer=True), "bfloat16", 8),
 ])
 def test_configuration_paths(rng, overrides, dtype, M):
     # K = 392: 4 segments (the last holds one word), so steps are full and partial, slices
