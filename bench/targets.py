@@ -59,7 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--variants", help="comma-separated variants (default: every registered kernel, auto, env)")
     p.add_argument("--no-tinygemm", action="store_true", help="skip the tinygemm peer")
     p.add_argument("--configs", help="default-tiling overrides timed as probe rows at M = 1, e.g. c4u1b5p,c2u2b6 "
-                                     "(cols, unroll, blocks per SM, p = pipeline)")
+                                     "(cols, unroll, blocks per SM, p = pipeline; optional l<lanes>, s<stages>: c4l32u2s2b4)")
     p.add_argument("--config-shapes", default="lm_head", help="shapes the --configs probes run on (default lm_head)")
     p.add_argument("--replays", type=int, help="timed graph replays (default 30, --quick 20; >= 10)")
     p.add_argument("--rotate-mb", type=int, default=256, help="weight copies rotated per row, MB (>= 128)")
