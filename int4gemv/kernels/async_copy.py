@@ -16,7 +16,9 @@ with faithful stand-ins for Numba's simulator.
 The simulator's copies are deferred to the latest moment the hardware allows: a copy is
 performed only when a ``wait_group`` retires its group (uncommitted copies never land), so a
 kernel that reads a slot before waiting for it, or waits for too few groups, reads stale data.
-Its source bytes are read when issued. Each simulator thread keeps its own queue.
+Its source bytes are read when issued. Each simulator thread keeps its own queue, and a shared
+word that two threads of a block copy into raises (the copies carry no barrier; the kernels here
+give every thread its own words).
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ if SIMULATED:
             raise ValueError(f"cp.async of {nbytes} bytes: misaligned word {dst_index} / "
                              f"byte {src_index}")
         src[src_index + nbytes - 1]       # the address must lie in the array (raises if not)
+        # only the issuing thread may rely on the bytes (no barrier here): the kernels give every
+        # thread its own words, and two threads copying into one word is refused
+        me = threading.current_thread()
+        owners = me._manager.__dict__.setdefault("_int4gemv_cp_async_owners", {})
+        for w in range(dst_index, dst_index + nbytes // 4):
+            if owners.setdefault((id(dst), w), me.thread_id) != me.thread_id:
+                raise RuntimeError(f"cp.async: shared word {w} copied by two threads")
         data = (np.array([src[src_index + i] for i in range(nbytes)], np.uint8) if valid
                 else np.zeros(nbytes, np.uint8))
         _queue()[0].append((dst, dst_index, data.view(np.uint32)))
