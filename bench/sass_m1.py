@@ -43,8 +43,7 @@ ELEMENTS_PER_CHUNK, ELEMENTS_PER_U64 = 32, 16
 def is_weight_load(x) -> bool:
     """A 16- or 8-byte global load (the kernels' weight loads; the default tiling's activation
     loads are 16-byte too, but issued in the fold, after the first use)."""
-    return (x[2].startswith("LDG") and (".128" in x[2] or ".64" in x[2])) or \
-        x[2].startswith("LDGSTS")   # the cp.async ring (stages): global -> shared
+    return x[2].startswith("LDG") and (".128" in x[2] or ".64" in x[2])
 
 
 def parse(sass: str) -> list:
@@ -173,15 +172,6 @@ CASES = {
     "default bf16 bs32 c4u2b4p": ("default", ("bfloat16", 32, False, dict(pipeline=True))),
     "default fp16 bs16 zp c4u1b4p": ("default", ("float16", 16, True, dict(pipeline=True))),
     "default bf16 bs16 zp c4u1b4p": ("default", ("bfloat16", 16, True, dict(pipeline=True))),
-    # the cp.async ring (stages): S - 1 steps in flight in shared memory, none in registers
-    "default fp16 bs32 c4u2s2b4": ("default", ("float16", 32, False, dict(stages=2))),
-    "default bf16 bs32 c4u2s2b4": ("default", ("bfloat16", 32, False, dict(stages=2))),
-    "default fp16 bs16 zp c4u2s2b4": ("default", ("float16", 16, True, dict(unroll=2, stages=2))),
-    "default fp16 bs32 c4u1s4b4": ("default", ("float16", 32, False, dict(unroll=1, stages=4))),
-    "default bf16 bs32 c4u1s4b4": ("default", ("bfloat16", 32, False, dict(unroll=1, stages=4))),
-    "default fp16 bs16 zp c4u1s4b4": ("default", ("float16", 16, True, dict(stages=4))),
-    "default fp16 bs32 c2u2s3b6": ("default", ("float16", 32, False,
-                                              dict(cols=2, stages=3, blocks_per_sm=6))),
 }
 
 
@@ -219,8 +209,7 @@ def _compile(kind, args):
         steps = -(-K // ELEMENTS_PER_CHUNK // (cfg.lanes * cfg.unroll))
         # pipelined: one loop of two steps (A and B); else a step loop inside the group loop
         per_pass, inner = (2 * per_pass, 0) if cfg.pipeline else (per_pass, steps)
-        label = (f"c{cfg.cols}l{cfg.lanes}u{cfg.unroll}" + (f"s{cfg.stages}" if cfg.stages else "")
-                 + f"b{bps}" + ("p" if cfg.pipeline else ""))
+        label = (f"c{cfg.cols}l{cfg.lanes}u{cfg.unroll}b{bps}" + ("p" if cfg.pipeline else ""))
     bounds = {"launch_bounds": (t, bps)} if bps else {}
     ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0), **bounds)
     return ptx, t, bps, per_pass, inner, label

@@ -16,18 +16,11 @@ __all__ = ["parse_config", "probe_row"]
 
 def parse_config(text: str) -> dict:
     """``"c4u1b5p"`` -> ``{"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True}``: a
-    default-tiling override timed as a ``kind="probe"`` row (``ValueError`` if malformed).
-    Optional ``l<lanes>`` after the columns and ``s<stages>`` (the M = 1 cp.async weight ring)
-    after the unroll: ``"c4l32u2s2b4"`` adds ``{"lanes": 32, "stages": 2}``."""
-    m = re.fullmatch(r"c(\d+)(?:l(\d+))?u(\d+)(?:s(\d+))?b(\d+)(p?)", text)
+    default-tiling override timed as a ``kind="probe"`` row (``ValueError`` if malformed)."""
+    m = re.fullmatch(r"c(\d+)u(\d+)b(\d+)(p?)", text)
     if not m:
-        raise ValueError(f"config {text!r} is not cC[lL]uU[sS]bB[p] (e.g. c4u1b5p, c4l32u2s2b4)")
-    over = {"cols": int(m[1]), "unroll": int(m[3]), "blocks_per_sm": int(m[5]), "pipeline": bool(m[6])}
-    if m[2]:
-        over["lanes"] = int(m[2])
-    if m[4]:
-        over["stages"] = int(m[4])
-    return over
+        raise ValueError(f"config {text!r} is not cCuUbB[p] (e.g. c4u1b5p)")
+    return {"cols": int(m[1]), "unroll": int(m[2]), "blocks_per_sm": int(m[3]), "pipeline": bool(m[4])}
 
 
 def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where):

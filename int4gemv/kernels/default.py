@@ -27,8 +27,7 @@ last step a shuffle reduction over the column's lanes finishes and one lane per 
 its M outputs (+ bias). With ``pipeline`` (M = 1) a second register buffer holds the next
 step's loads (crossing into the next column group) while this step is folded; without it a
 warp issues, then folds (the previous session measured a second buffer slower when registers
-spilled; bench/NOTES.md). With ``stages`` (M = 1) the weights stream through a per-warp ring in
-shared memory with ``cp.async`` instead (:mod:`.default_async`).
+spilled; bench/NOTES.md).
 
 Arithmetic, M > 1 (:mod:`.default_batch`): byte ``b`` of a word becomes the exact fp16 pair
 ``(q[2b] - zp, q[2b+1] - zp)`` with one PRMT, one LOP3 and one HFMA2 (:mod:`.nibble_pairs`);
@@ -55,7 +54,6 @@ from . import bf16
 from .default_batch import batch_fold
 from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
                              choose_config, geometry)
-from .default_async import ring_words, stream_loop, weight_ring
 from .default_m1 import STAGE_MAX_K, STAGE_WORDS, half_range_pays, scalar_fold, stage_activations
 from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
@@ -80,9 +78,7 @@ def default_kernel(config: DefaultConfig):
     M, C, L, U = config.M, config.cols, config.lanes, config.unroll
     BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
     ACT_VEC, W_VEC, PDL = config.act_vector, config.weight_vector, config.pdl
-    PIPELINE, STAGES = config.pipeline, config.stages
-    RING = ring_words(config)              # the cp.async weight ring (STAGES; else 1 word)
-    RING_ALIGN = None if SIMULATED else 16  # the simulator takes no alignment (nor needs one)
+    PIPELINE = config.pipeline
     P = 32 // L
     LOG_L = L.bit_length() - 1
     GROUP_COLS = P * C
@@ -118,48 +114,30 @@ def default_kernel(config: DefaultConfig):
     def to_float(x):
         return float32(x) if F16 else bf16.low_value(np.uint32(x))
 
-    def issuer(WEIGHTS):
-        """``issue``: the weights too (``WEIGHTS``) or only scales and zero points (the ring)."""
-        @cuda.jit(device=True, inline=True)
-        def issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
-                  raw, sv, zv, full):
-            """Issue every weight, scale and zero-point load of one step (``cols x unroll``
-            chunks) before any of them is used. ``full``: no chunk of the step reaches past K
-            (warp-uniform; the clamps and guards fold away)."""
-            for c in range(C):
-                n = min(col0 + c * P, N - 1)
-                for u in range(U):
-                    j = j0 + u * L if full else min(j0 + u * L, nchunks - 1)
-                    if WEIGHTS:
-                        x = load_nibbles(packed, n * row_bytes + 16 * j, full or 4 * j + 2 < nwords)
-                        for i in range(4):
-                            raw[c, u, i] = x[i]
-                    for h in range(2 if TWO_GROUPS else 1):
-                        g = (2 * j + h if full else min(2 * j + h, nb - 1)) if TWO_GROUPS \
-                            else j // CHUNKS_PER_GROUP
-                        # unsigned indices: no negative-index wrap (SHF + LOP3 + IADD3 per load)
-                        sv[c, u, h] = to_float(scales[np.uint64(n * nb + g)])
-                        if ZP:
-                            byte = np.uint32(zero_points[np.uint64(n * nzb + (g >> 1))])
-                            q = (byte >> np.uint32((g & 1) << 2)) & np.uint32(15)
-                            zv[c, u, h] = q if SCALAR else zero_point_offset(q)
-                        else:
-                            zv[c, u, h] = NO_ZP_OFFSET
-
-        @cuda.jit(device=True, inline=True)
-        def issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
-                       row_bytes, raw, sv, zv):
-            """``issue`` for step ``st`` of column group ``g`` (the full-step form when it can)."""
-            col0, j0 = g * GROUP_COLS + p, s + st * L * U
-            if 4 * (st + 1) * L * U <= nwords:     # warp-uniform: no chunk of the step is past K
-                issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb,
-                      row_bytes, raw, sv, zv, True)
-            else:
-                issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb,
-                      row_bytes, raw, sv, zv, False)
-        return issue_step
-
-    issue_step = issuer(True)
+    @cuda.jit(device=True, inline=True)
+    def issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
+              raw, sv, zv, full):
+        """Issue every weight, scale and zero-point load of one step (``cols x unroll``
+        chunks) before any of them is used. ``full``: no chunk of the step reaches past K
+        (warp-uniform; the clamps and guards fold away)."""
+        for c in range(C):
+            n = min(col0 + c * P, N - 1)
+            for u in range(U):
+                j = j0 + u * L if full else min(j0 + u * L, nchunks - 1)
+                x = load_nibbles(packed, n * row_bytes + 16 * j, full or 4 * j + 2 < nwords)
+                for i in range(4):
+                    raw[c, u, i] = x[i]
+                for h in range(2 if TWO_GROUPS else 1):
+                    g = (2 * j + h if full else min(2 * j + h, nb - 1)) if TWO_GROUPS \
+                        else j // CHUNKS_PER_GROUP
+                    # unsigned indices: no negative-index wrap (SHF + LOP3 + IADD3 per load)
+                    sv[c, u, h] = to_float(scales[np.uint64(n * nb + g)])
+                    if ZP:
+                        byte = np.uint32(zero_points[np.uint64(n * nzb + (g >> 1))])
+                        q = (byte >> np.uint32((g & 1) << 2)) & np.uint32(15)
+                        zv[c, u, h] = q if SCALAR else zero_point_offset(q)
+                    else:
+                        zv[c, u, h] = NO_ZP_OFFSET
 
     fold = batch_fold(config, load_act)
     fold_m1 = scalar_fold(config, load_act)
@@ -194,6 +172,18 @@ def default_kernel(config: DefaultConfig):
     H = 2 if TWO_GROUPS else 1
 
     @cuda.jit(device=True, inline=True)
+    def issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
+                   row_bytes, raw, sv, zv):
+        """``issue`` for step ``st`` of column group ``g`` (the full-step form when it can)."""
+        col0, j0 = g * GROUP_COLS + p, s + st * L * U
+        if 4 * (st + 1) * L * U <= nwords:     # warp-uniform: no chunk of the step is past K
+            issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
+                  raw, sv, zv, True)
+        else:
+            issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
+                  raw, sv, zv, False)
+
+    @cuda.jit(device=True, inline=True)
     def fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, half):
         """``fold`` (``fold_m1`` at M = 1, in fp16 arithmetic where ``half``) of step ``st``
         (the full-step form when it can)."""
@@ -207,9 +197,6 @@ def default_kernel(config: DefaultConfig):
             fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, True)
         else:
             fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, False)
-
-    stream = stream_loop(config, *weight_ring(config), issuer(False), fold_step, finish,
-                         stage_fill, wait_for_previous_grid)
 
     @cuda.jit(**bounds)
     def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N):
@@ -238,14 +225,6 @@ def default_kernel(config: DefaultConfig):
                 acc[m, c] = float32(0.0)
         if PDL:
             allow_next_grid()
-        if STAGES:   # the weights through the shared-memory ring (.default_async)
-            ring = cuda.shared.array(RING, np.uint32, alignment=RING_ALIGN)
-            sv_n = cuda.local.array((C, U, H), float32)
-            zv_n = cuda.local.array((C, U, H), np.uint32)
-            stream(act, packed, scales, zero_points, bias, has_bias, out, K, N, g, stride, groups,
-                   steps, s, p, nwords, nchunks, nb, nzb, row_bytes, ring, stage, staged, raw, sv,
-                   zv, sv_n, zv_n, acc)
-            return
         if PIPELINE:
             # Two buffers, A (raw, sv, zv) and B: the next step's loads (crossing into the
             # warp's next column group) are in flight while this step is folded. The loop body

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DefaultConfig", "STAGES", "SHARED_LIMIT", "BF16_STAGE_BYTES", "choose_config", "choice_reasons", "geometry", "DTYPES", "MAX_M", "COLS", "LANES",
+__all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "DTYPES", "MAX_M", "COLS", "LANES",
            "UNROLLS", "BLOCK_SIZES"]
 
 DTYPES = ("float16", "bfloat16")
@@ -17,12 +17,6 @@ COLS = (1, 2, 4, 8)
 LANES = (1, 2, 4, 8, 16, 32)
 UNROLLS = (1, 2, 4)
 BLOCK_SIZES = (16, 32, 64, 128)
-#: Weight ring depths of the M = 1 cp.async stream (0: off).
-STAGES = (0, 2, 3, 4)
-#: Static shared memory per block (Numba's shared arrays are static): 48 KB.
-SHARED_LIMIT = 48 * 1024
-#: The bf16 M = 1 activation stage (:data:`.default_m1.STAGE_WORDS` words; a test keeps them equal).
-BF16_STAGE_BYTES = 4 * 17 * 128
 
 
 @dataclass(frozen=True)
@@ -40,11 +34,7 @@ class DefaultConfig:
     launch start at once, issues its first weight loads, and only then waits for the previous
     grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``;
     pipeline: (M = 1) two register buffers: each step's loads are issued before the previous
-    step is folded, across column groups, so a warp always has a step of loads in flight;
-    stages: (M = 1; 0 = off) the weights stream through a ring of ``stages`` steps per warp in
-    shared memory with ``cp.async`` (:mod:`.default_async`): ``stages - 1`` steps are in flight,
-    without registers, while one is folded; scales and zero points are loaded one step ahead
-    into registers. The ring is ``warps * stages * cols * unroll * 512`` bytes per block.
+    step is folded, across column groups, so a warp always has a step of loads in flight.
     """
 
     dtype: str
@@ -60,7 +50,6 @@ class DefaultConfig:
     weight_vector: bool = True
     pdl: bool = False
     pipeline: bool = False
-    stages: int = 0
 
     def __post_init__(self):
         def check(name, ok, accepted):
@@ -68,8 +57,7 @@ class DefaultConfig:
                 raise ValueError(f"DefaultConfig.{name} must be {accepted}; "
                                  f"got {getattr(self, name)!r}")
         check("dtype", self.dtype in DTYPES, f"one of {DTYPES}")
-        for name in ("M", "block_size", "cols", "lanes", "unroll", "warps", "blocks_per_sm",
-                     "stages"):
+        for name in ("M", "block_size", "cols", "lanes", "unroll", "warps", "blocks_per_sm"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
@@ -85,17 +73,6 @@ class DefaultConfig:
         check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
               f"in 1..{64 // self.warps}")
         check("pipeline", not self.pipeline or self.M == 1, "False when M > 1 (M = 1 only)")
-        check("stages", self.stages in STAGES, f"one of {STAGES}")
-        check("stages", not self.stages or (self.M == 1 and not self.pipeline),
-              "0 when M > 1 or with pipeline (an M = 1 mode of its own)")
-        shared = self.ring_bytes + (BF16_STAGE_BYTES if self.dtype == "bfloat16" else 0)
-        check("stages", shared <= SHARED_LIMIT,
-              f"such that ring + activation stage ({shared} B) fit {SHARED_LIMIT} B per block")
-
-    @property
-    def ring_bytes(self) -> int:
-        """Shared memory of the cp.async weight ring per block (0 when ``stages`` is 0)."""
-        return self.warps * self.stages * self.cols * self.unroll * 32 * 16
 
     @property
     def columns_per_warp(self) -> int:
