@@ -47,10 +47,7 @@ __all__ = ["Call", "validate", "plan", "bind", "run_host", "check_options", "emi
 
 #: Bound launches kept by the launch cache (least recently stored dropped first).
 MAX_LAUNCHES = 256
-_launches = {}  # launch key -> (weakref to the weight, BoundLaunch, warnings, tuning), oldest first
-# (how, id(w), id(a), id(out), id(bias)) of a recent hit -> (its launch key, the three key
-# readers, its _launches entry): the objects' keys are still read and compared on every call
-_recent = {}
+_launches = {}  # launch key -> (weakref to the weight, BoundLaunch, warnings), oldest first
 
 
 @dataclass(frozen=True)
@@ -181,12 +178,7 @@ def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
     (read now when not given), so a change of a variable applies to the next call; the caller
     resolves a miss from that same snapshot. A :class:`~.tuning.Tuning` is keyed by identity
     (hashing it is a Python call): its entry keeps it alive (:func:`remember`), so the identity
-    cannot be reused while the entry exists.
-
-    A hit is also remembered under the identities of the call's objects (``(how, id(w), id(a),
-    id(out), id(bias))``, :data:`_recent`, bounded like the launches): the next call with the same
-    objects reads each array's key afresh with the same readers and compares it with the hit's,
-    and checks the weight itself, instead of hashing the whole key (bench/NOTES.md, session 7)."""
+    cannot be reused while the entry exists."""
     if tuning is None:
         if pdl.__class__ is not bool or prefetch.__class__ is not bool or not (
                 variant is None or variant.__class__ is str):
@@ -200,25 +192,11 @@ def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
         how = tuning
     else:
         return None, None
-    ident = (how, id(w), id(a), id(out), id(bias))
-    recent = _recent.get(ident)
-    if recent is not None:  # the same objects as a recent hit: their keys are read and compared
-        key, ra, rout, rb, hit = recent
-        try:
-            same = (ra(a) == key[2] and rout(out) == key[3]
-                    and (rb is None or rb(bias) == key[4]) and hit[0]() is w)
-        except Exception:
-            same = False
-        if same:
-            if hit[2]:
-                emit_warnings(hit[2], stacklevel=4)
-            return key, hit[1]
     readers = KEY_READERS  # array_key without its two calls per array
     try:
-        ra = readers.get(a.__class__) or key_reader(a)
-        rout = readers.get(out.__class__) or key_reader(out)
-        rb = None if bias is None else (readers.get(bias.__class__) or key_reader(bias))
-        ka, kout, kb = ra(a), rout(out), None if rb is None else rb(bias)
+        ka = (readers.get(a.__class__) or key_reader(a))(a)
+        kout = (readers.get(out.__class__) or key_reader(out))(out)
+        kb = None if bias is None else (readers.get(bias.__class__) or key_reader(bias))(bias)
     except Exception:
         return None, None
     if ka is None or kout is None or (kb is None and bias is not None):
@@ -227,9 +205,6 @@ def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
     hit = _launches.get(key)
     if hit is None or hit[0]() is not w:
         return key, None
-    _recent[ident] = (key, ra, rout, rb, hit)
-    while len(_recent) > MAX_LAUNCHES:
-        del _recent[next(iter(_recent))]
     if hit[2]:
         emit_warnings(hit[2], stacklevel=4)
     return key, hit[1]
@@ -246,7 +221,6 @@ def remember(key, w, bound, messages=(), tuning=None):
 def clear_caches():
     """Forget every cached plan and bound launch (the next call of each plans and binds again)."""
     _launches.clear()
-    _recent.clear()
     _cached_plan.cache_clear()
 
 

@@ -158,47 +158,6 @@ def test_a_tensor_changed_in_place_is_validated_again(rng):
         ig.gemv(a, w, out=out)
 
 
-def test_each_array_of_a_repeated_call_is_read_again(rng):
-    # The second call with the same objects takes the recent-hit path (pipeline._recent): it
-    # must still see a or bias changed in place, each on its own.
-    w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
-    a_h = rng.standard_normal(64).astype(np.float16)
-    a, out = Tensor(a_h), Tensor(np.full(8, np.nan, np.float16))
-    bias = Tensor(rng.standard_normal(16).astype(np.float16))
-    bias.shape = (8,)
-    pipeline.clear_caches()
-    for _ in range(3):
-        ig.gemv(a, w, bias=bias, out=out)
-    assert len(pipeline._recent) == 1 and pipeline.cached_launch_count() == 1
-    bias.shape = (16,)
-    with pytest.raises(ValueError, match="bias must have shape"):
-        ig.gemv(a, w, bias=bias, out=out)
-    bias.shape = (8,)
-    ig.gemv(a, w, bias=bias, out=out)
-    a.shape = (32,)  # resized in place to a prefix
-    with pytest.raises(ValueError, match="a must have shape"):
-        ig.gemv(a, w, bias=bias, out=out)
-
-
-def test_a_repeated_call_checks_the_weight_itself_not_its_id(rng):
-    # A weight freed and another made at its address has the old one's id. The recent-hit path
-    # must check the entry's weight object: forge an entry whose weight is another live weight
-    # (what a reused id looks like) and see the call bind afresh for its own weight.
-    w, a_h, _, _ = _small(rng)
-    other = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
-    a, out = Tensor(a_h), Tensor(np.full(8, np.nan, np.float16))
-    pipeline.clear_caches()
-    for _ in range(3):
-        ig.gemv(a, w, out=out)
-    (ident, (key, ra, rout, rb, hit)), = pipeline._recent.items()
-    forged = (weakref.ref(other),) + hit[1:]
-    pipeline._recent[ident] = (key, ra, rout, rb, forged)
-    pipeline._launches[key] = forged
-    ig.gemv(a, w, out=out)
-    assert pipeline._launches[key][0]() is w  # bound again for w
-    assert _err(out.values(), a_h, w) <= TOL
-
-
 def test_keys_of_things_that_are_not_device_arrays_are_none():
     assert array_key(None) is None and array_key(np.zeros(3, np.float16)) is None
     assert array_key("abc") is None and array_key([1.0]) is None
