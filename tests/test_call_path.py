@@ -158,6 +158,26 @@ def test_a_tensor_changed_in_place_is_validated_again(rng):
         ig.gemv(a, w, out=out)
 
 
+def test_a_and_bias_changed_in_place_after_cached_calls_are_validated_again(rng):
+    w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
+    a_h = rng.standard_normal(64).astype(np.float16)
+    a, out = Tensor(a_h), Tensor(np.full(8, np.nan, np.float16))
+    bias = Tensor(rng.standard_normal(16).astype(np.float16))
+    bias.shape = (8,)
+    pipeline.clear_caches()
+    for _ in range(3):
+        ig.gemv(a, w, bias=bias, out=out)
+    assert pipeline.cached_launch_count() == 1
+    bias.shape = (16,)  # resized in place
+    with pytest.raises(ValueError, match="bias must have shape"):
+        ig.gemv(a, w, bias=bias, out=out)
+    bias.shape = (8,)
+    ig.gemv(a, w, bias=bias, out=out)
+    a.shape = (32,)  # resized in place to a prefix
+    with pytest.raises(ValueError, match="a must have shape"):
+        ig.gemv(a, w, bias=bias, out=out)
+
+
 def test_keys_of_things_that_are_not_device_arrays_are_none():
     assert array_key(None) is None and array_key(np.zeros(3, np.float16)) is None
     assert array_key("abc") is None and array_key([1.0]) is None
