@@ -164,8 +164,8 @@ def wide_spills(M, block_size, zero_points) -> bool:
     bench/results/sass-tensor-core-offline-sm90a-s7-tiles2.txt):
     zero points at M = :data:`B_TILE_ROWS` (every row of the B tile live, no row predicates)
     with more than one group per segment (block_size < :data:`SEGMENT`): 64-152 bytes, 31-71
-    LDL/STL, fp16 and bf16. With 128-element groups, without zero points or at M < 8 it is clean
-    (120-128 registers)."""
+    LDL/STL, fp16 and bf16. With 128-element groups, without zero points or at M < 8 (M = 1..7
+    share one compilation, with row predicates) it is clean (120-128 registers)."""
     return zero_points and M == B_TILE_ROWS and block_size < SEGMENT
 
 
