@@ -27,7 +27,9 @@ from int4gemv.kernels.mma import mma_bf16, mma_f16
 from int4gemv.kernels.mma_pairs import (scaled_pair_bf16, scaled_pair_f16, zero_point_offset_bf16,
                                         zero_point_offset_f16)
 from int4gemv.kernels.tensor_core import tensor_core_kernel
-from int4gemv.kernels.tensor_core_config import TensorCoreConfig, choose_config, geometry
+from int4gemv.device import device_facts
+from int4gemv.kernels.tensor_core_config import (TensorCoreConfig, choose_config, geometry,
+                                                 wide_tiles)
 from int4gemv.tuning import Tuning, resolve_tuning
 
 BF16 = ml_dtypes.bfloat16
@@ -285,6 +287,104 @@ def test_choice_fills_the_gpu_and_splits_k_only_when_needed():
     assert small.ksplit == 16 and small.warps == 16 and small.row_tiles == 1
     grid, block = geometry(small, 2048, 132)
     assert grid[0] * small.slots * 16 >= 2048 and block == (512, 1, 1)
+
+
+# --- two tiles per warp for wide N at M <= 8 (session 7) ---------------------------------
+
+LM_HEAD = (151936, 2048)
+
+
+def test_wide_tiles_rule_is_exact_at_its_bounds():
+    # 132 SMs x 16 warps = 2112 groups of 32 columns: N = 32 * 2111 + 1 is the narrowest N with
+    # one group per warp (a partial group counts); one column less is one group short
+    for M, N, tiles in [(8, 67553, 2), (1, 67553, 2), (9, 67553, 1), (8, 67552, 1),
+                        (8, 67584, 2), (16, 151936, 1), (8, 151936, 2), (2, 151936, 2),
+                        (8, 101376, 2)]:   # 396 blocks: balancing alone would take 3 per SM
+        c = choose_config(M, N, 2048, 32, "float16", False)
+        assert c.tiles == tiles, (M, N)
+        if tiles == 2:
+            assert (c.ksplit, c.warps, c.blocks_per_sm, c.double_buffer) == (1, 8, 2, False)
+    # one multiprocessor (the simulator): 16 groups of 32 columns
+    assert choose_config(8, 481, 136, 32, "bfloat16", False, multiprocessors=1).tiles == 2
+    assert choose_config(8, 480, 136, 32, "bfloat16", False, multiprocessors=1).tiles == 1
+    # zero points at M = 8 spill with 2 tiles unless the group is a whole segment
+    for bs, zp, M, tiles in [(32, True, 8, 1), (16, True, 8, 1), (64, True, 8, 1),
+                             (128, True, 8, 2), (16, True, 7, 2), (16, False, 8, 2)]:
+        assert choose_config(M, 151936, 2048, bs, "bfloat16", zp).tiles == tiles, (bs, zp, M)
+    # gate/up and down keep their split-K choices
+    gate = choose_config(8, 6144, 2048, 32, "float16", False)
+    assert (gate.tiles, gate.ksplit, gate.blocks_per_sm) == (1, 8, 3)
+    down = choose_config(8, 2048, 6144, 32, "float16", False)
+    assert (down.tiles, down.ksplit, down.blocks_per_sm, down.double_buffer) == (1, 16, 1, True)
+
+
+@pytest.mark.parametrize("M, N, zp, tiles, words", [
+    (4, 151936, False, 2, "session 7"), (8, 151936, False, 2, "session 7"),
+    (9, 151936, False, 1, "two row tiles"), (16, 151936, False, 1, "two row tiles"),
+    (8, 151936, True, 1, "2 tiles spill"), (8, 6144, False, 1, "192 groups of 32 columns < 2112")])
+def test_explain_says_why_tiles(M, N, zp, tiles, words):
+    p = plan_gemv(Problem(M, N, 2048, 32, "float16", zp, False),
+                  resolve_tuning(None, environ={}), device_name="G", table={})
+    assert p.config.tiles == tiles
+    why = dict((name, source) for name, _, source in p.sources)["unroll"]
+    assert f"{tiles} tile(s) of 16 columns" in why and words in why
+
+
+# Every configuration the rule gives the GPU (lm_head on 132 SMs): each dtype x block size x
+# zero points (zero points at M = 8 only with bs 128: the others spill and keep 1 tile), M = 1..8
+# (tails of the 8-row tile), unroll 1/2 (K of one segment or more) and the Tuning overrides 4/8,
+# 16- and 8-byte weight rows, vector and element activation loads; run at
+# N = 33 / 52 (a second group of one column / with a partial second tile; 6 idle warps), once at
+# N = 545 (18 groups over 16 warp slots: a second round), K = 376 (3 segments, the last partial)
+# unless said.
+WIDE_CASES = [("float16", 16, False, 4, {}), ("float16", 16, True, 3, {}),
+              ("float16", 32, False, 8, {}), ("float16", 32, True, 7, {}),
+              ("float16", 64, False, 5, {}), ("float16", 64, True, 2, {}),
+              ("float16", 128, False, 6, {}), ("float16", 128, True, 8, {}),
+              ("bfloat16", 16, False, 1, {}), ("bfloat16", 16, True, 6, {}),
+              ("bfloat16", 32, False, 2, {}), ("bfloat16", 32, True, 4, {}),
+              ("bfloat16", 64, False, 7, {}), ("bfloat16", 64, True, 5, {}),
+              ("bfloat16", 128, False, 3, {}), ("bfloat16", 128, True, 8, {})]
+WIDE_CASES += [("float16", 16, True, 3, dict(K=392)), ("bfloat16", 32, False, 8, dict(K=120)),
+               ("float16", 64, False, 5, dict(unroll=4)),
+               ("bfloat16", 128, True, 2, dict(unroll=8)),
+               ("float16", 32, True, 7, dict(act_aligned16=False)),
+               ("bfloat16", 32, False, 8, dict(N=545))]
+
+
+@pytest.mark.parametrize("dtype, bs, zp, M, kw", WIDE_CASES)
+def test_every_wide_tiles_choice_runs(rng, dtype, bs, zp, M, kw):
+    kw = dict(kw)
+    K, N = kw.pop("K", 376), kw.pop("N", 52 if M % 2 else 33)
+    config = choose_config(M, LM_HEAD[0], K, bs, dtype, zp, **kw)
+    assert config.tiles == 2 and config.blocks_per_sm == 2 and not config.double_buffer
+    assert config.weight_vector == (K != 392)
+    assert config.unroll == kw.get("unroll", 1 if K <= 128 else 2)
+    a, w, bias = make(rng, N, K, bs, zp, M, dtype)
+    bias = bias if (M + bs) % 3 else None
+    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
+    check(y, a, w, bias, dtype)
+
+
+@pytest.mark.parametrize("dtype, M", [("bfloat16", 5), ("float16", 8)])
+def test_the_rule_through_gemv(rng, dtype, M):
+    # on the simulator (one multiprocessor) N = 481 is 16 groups of 32, the last of one column:
+    # two tiles; 480 is one group short. On a GPU, whatever the rule says for its SMs.
+    sms = device_facts()[1]
+
+    def weight(N):
+        return ig.quantize(rng.standard_normal((N, 136)).astype(np.float32), 32,
+                           symmetric=M == 8, dtype=dtype)
+    a = rng.standard_normal((M, 136)).astype(DTYPES[dtype])
+    for N in (481, 480):
+        assert ig.explain(a, weight(N)).config.tiles == (2 if wide_tiles(M, N, sms) else 1)
+    assert sms != 1 or (wide_tiles(M, 481, sms) and not wide_tiles(M, 480, sms))
+    w = weight(481)
+    bias = rng.standard_normal(481).astype(DTYPES[dtype])
+    out = np.full((M, 481), np.nan, DTYPES[dtype])
+    y = ig.gemv(a, w, bias=bias, out=out)
+    assert np.all(np.isfinite(y.astype(np.float64)))
+    check(y.astype(np.float64), a, w, bias, dtype)
 
 
 # --- the dispatcher -----------------------------------------------------------------------
