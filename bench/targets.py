@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["FORMATS", "SHAPES", "SIM_SHAPES", "main", "parse_args", "plan_rows"]
+__all__ = ["FORMATS", "SHAPES", "SIM_SHAPES", "claim_paths", "main", "parse_args", "plan_rows"]
 
 #: The decode shapes of issue 19 (label -> (N, K)).
 SHAPES = {"k/v": (1024, 2048), "q/o": (2048, 2048), "gate/up": (6144, 2048),
@@ -143,6 +143,24 @@ def plan_rows(args, simulated: bool) -> list:
     return out
 
 
+def claim_paths(folder: Path, name: str) -> tuple[Path, Path]:
+    """``(final, partial)`` JSON paths for a run named ``name`` in ``folder``, unique among runs
+    that start in the same second (``name``, ``name-2``, ...): the partial file is created
+    exclusively here, so two processes never write one file."""
+    for n in range(1, 1000):
+        stem = name if n == 1 else f"{name}-{n}"
+        partial = folder / f"{stem}.partial.json"
+        try:
+            partial.open("x").close()
+        except FileExistsError:
+            continue
+        if (folder / f"{stem}.json").exists():
+            partial.unlink()
+            continue
+        return folder / f"{stem}.json", partial
+    raise FileExistsError(f"no free results name for {name} in {folder}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.table:
@@ -182,8 +200,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = doc["date"].replace(":", "").replace("-", "")[:15]
     device = doc["device"]["name"].replace(" ", "-").lower()
-    path = args.out / f"targets-{device}-{stamp}.json"
-    partial = path.with_suffix(".partial.json")
+    path, partial = claim_paths(args.out, f"targets-{device}-{stamp}")
 
     def checkpoint(body):
         partial.write_text(json.dumps(dict(doc, **body), indent=1) + "\n")

@@ -181,3 +181,17 @@ def test_the_env_row_is_skipped_not_faked_when_a_control_is_set(tmp_path, monkey
     doc = json.loads(next(tmp_path.glob("targets-*.json")).read_text())
     assert {r["variant"] for r in doc["rows"] if r["kind"] == "int4gemv"} == {"default"}
     assert "INT4GEMV_SINGLE_WARP set" in err
+
+
+def test_runs_started_in_the_same_second_get_their_own_files(tmp_path):
+    # Two bench.targets processes started in one second wrote one file on the H200 (78f170d):
+    # each run claims its name (its partial file) exclusively.
+    from bench.targets import claim_paths
+    first = claim_paths(tmp_path, "targets-x-20261204T153925")
+    second = claim_paths(tmp_path, "targets-x-20261204T153925")
+    assert first[0].name == "targets-x-20261204T153925.json"
+    assert second[0].name == "targets-x-20261204T153925-2.json"
+    assert first[1].exists() and second[1].exists()
+    first[0].write_text("{}")
+    first[1].unlink()  # a finished run: its final file keeps the name taken
+    assert claim_paths(tmp_path, "targets-x-20261204T153925")[0].name == "targets-x-20261204T153925-3.json"
