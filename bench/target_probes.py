@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from .target_rows import MIN_LAUNCHES, norm_error, result_row
+from .target_rows import check_and_time, result_row
 
 __all__ = ["parse_config", "probe_row"]
 
@@ -49,16 +49,8 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
             d = w.device_arrays()
             bound.append(bind(kernel, (as16(a), d["packed"], d["scales_flat"], d["zero_points_flat"],
                                        d["no_bias"], False, y, K, N), grid, block))
-        out.fill_(float("nan"))
-        torch.cuda.synchronize()
-        bound[0].launch(0)
-        torch.cuda.synchronize()
-        err = norm_error(out.double().cpu().numpy(), ref)
-        t = timer(lambda i, h: bound[i % copies].launch(h), max(copies, MIN_LAUNCHES), args.replays)
-        first = lambda v: next(iter(v.values())) if isinstance(v, dict) else v  # noqa: E731
-        row.update(us=t.us, p10_us=t.p10_us, p90_us=t.p90_us, pct_floor=100 * floor / t.us, error=err,
-                   ok=err <= 1e-2, pct_copy=pct(nbytes, t.us),
-                   regs=first(kernel.get_regs_per_thread()), local=first(kernel.get_local_mem_per_thread()))
+        t = check_and_time(row, bound, kernel, out, ref, copies, timer, args.replays, floor, nbytes, pct)
+        err = row["error"]
         row["kernel"] = f"default {text} regs {row['regs']} local {row['local']}"
         print(f"probe {text:9} {label:8} bs{bs:3d} zp{int(zp)} {dtype:8} {t.us:8.2f} us {row['pct_floor']:5.1f}% floor"
               f"  err {err:.1e} regs {row['regs']} local {row['local']}", flush=True)

@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from . import gpu_lock
-from .target_rows import MIN_LAUNCHES, norm_error, result_row
+from .target_rows import check_and_time, result_row
 
 __all__ = ["FIELDS", "is_tc_spec", "parse_tc_config", "tc_config", "tc_probe_row", "tc_shapes"]
 
@@ -90,16 +90,8 @@ def tc_probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, whe
                 bound.append(bind(kernel, (as16(a), d["packed"], d["scales_flat"].view(np.uint16),
                                            d["zero_points_flat"], d["no_bias"], False, y, K, N, M),
                                   grid, block))
-        out.fill_(float("nan"))
-        torch.cuda.synchronize()
-        bound[0].launch(0)
-        torch.cuda.synchronize()
-        err = norm_error(out.double().cpu().numpy(), ref)
-        t = timer(lambda i, h: bound[i % copies].launch(h), max(copies, MIN_LAUNCHES), args.replays)
-        first = lambda v: next(iter(v.values())) if isinstance(v, dict) else v  # noqa: E731
-        row.update(us=t.us, p10_us=t.p10_us, p90_us=t.p90_us, pct_floor=100 * floor / t.us, error=err,
-                   ok=err <= 1e-2, pct_copy=pct(nbytes, t.us),
-                   regs=first(kernel.get_regs_per_thread()), local=first(kernel.get_local_mem_per_thread()))
+        t = check_and_time(row, bound, kernel, out, ref, copies, timer, args.replays, floor, nbytes, pct)
+        err = row["error"]
         c = config
         row["kernel"] = (f"tensor_core t{c.tiles}k{c.ksplit}u{c.unroll}w{c.warps}b{c.blocks_per_sm}"
                          f"d{int(c.double_buffer)} regs {row['regs']} local {row['local']}")

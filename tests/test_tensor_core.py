@@ -22,12 +22,12 @@ from numba import cuda
 
 import int4gemv as ig
 from int4gemv.descriptor import Problem
+from int4gemv.device import device_facts
 from int4gemv.dispatch import plan_gemv
 from int4gemv.kernels.mma import mma_bf16, mma_f16
 from int4gemv.kernels.mma_pairs import (scaled_pair_bf16, scaled_pair_f16, zero_point_offset_bf16,
                                         zero_point_offset_f16)
 from int4gemv.kernels.tensor_core import tensor_core_kernel
-from int4gemv.device import device_facts
 from int4gemv.kernels.tensor_core_config import (TensorCoreConfig, choose_config, geometry,
                                                  wide_tiles)
 from int4gemv.tuning import Tuning, resolve_tuning
@@ -349,7 +349,7 @@ WIDE_CASES += [("float16", 16, True, 3, dict(K=392)), ("bfloat16", 32, False, 8,
                ("float16", 64, False, 5, dict(unroll=4)),
                ("bfloat16", 128, True, 2, dict(unroll=8)),
                ("float16", 32, True, 7, dict(act_aligned16=False)),
-               ("bfloat16", 32, False, 8, dict(N=545))]
+               ("bfloat16", 32, False, 3, dict(N=545, K=120))]
 
 
 @pytest.mark.parametrize("dtype, bs, zp, M, kw", WIDE_CASES)
@@ -366,20 +366,30 @@ def test_every_wide_tiles_choice_runs(rng, dtype, bs, zp, M, kw):
     check(y, a, w, bias, dtype)
 
 
+def _weight(rng, N, dtype, symmetric, K=136):
+    return ig.quantize(rng.standard_normal((N, K)).astype(np.float32), 32, symmetric=symmetric,
+                       dtype=dtype)
+
+
 @pytest.mark.parametrize("dtype, M", [("bfloat16", 5), ("float16", 8)])
-def test_the_rule_through_gemv(rng, dtype, M):
+def test_explain_applies_the_rule_at_its_bound(rng, dtype, M):
     # on the simulator (one multiprocessor) N = 481 is 16 groups of 32, the last of one column:
     # two tiles; 480 is one group short. On a GPU, whatever the rule says for its SMs.
     sms = device_facts()[1]
-
-    def weight(N):
-        return ig.quantize(rng.standard_normal((N, 136)).astype(np.float32), 32,
-                           symmetric=M == 8, dtype=dtype)
     a = rng.standard_normal((M, 136)).astype(DTYPES[dtype])
     for N in (481, 480):
-        assert ig.explain(a, weight(N)).config.tiles == (2 if wide_tiles(M, N, sms) else 1)
+        w = _weight(rng, N, dtype, symmetric=M == 8)
+        assert ig.explain(a, w).config.tiles == (2 if wide_tiles(M, N, sms) else 1)
     assert sms != 1 or (wide_tiles(M, 481, sms) and not wide_tiles(M, 480, sms))
-    w = weight(481)
+
+
+def test_the_rule_through_gemv(rng):
+    # The public path where the simulator's rule gives 2 tiles (M = 8 runs in
+    # test_every_wide_tiles_choice_runs: through gemv it takes 70 s on the simulator).
+    dtype, M = "bfloat16", 5
+    w = _weight(rng, 481, dtype, symmetric=False, K=72)
+    a = rng.standard_normal((M, 72)).astype(DTYPES[dtype])
+    assert ig.explain(a, w).config.tiles == (2 if wide_tiles(M, 481, device_facts()[1]) else 1)
     bias = rng.standard_normal(481).astype(DTYPES[dtype])
     out = np.full((M, 481), np.nan, DTYPES[dtype])
     y = ig.gemv(a, w, bias=bias, out=out)
