@@ -174,9 +174,10 @@ def wide_tiles(M, N, multiprocessors, block_size=32, zero_points=False) -> bool:
     (at M = 16 the two-tile step keeps its arrays in a 208-byte local stack), N has a column
     group of ``WIDE_TILES`` tiles for each of :data:`TARGET_WARPS_PER_SM` warps on every SM
     without splitting K, and the format compiles without spilling (:func:`wide_spills`).
-    Measured on the H200 (bench/NOTES.md, session 7): lm_head 151936 x 2048 fp16 bs 32 M = 8,
-    87.9 us with 2 tiles (2 blocks of 8 warps, 126 registers) against 98.9 us with 1 (3 blocks,
-    80 registers, 8 bytes spilled): one activation fragment feeds 32 columns."""
+    Measured on the H200 (bench/NOTES.md, session 7): lm_head 151936 x 2048 bs 32 at M = 2/4/8,
+    fp16 75.4 / 82.1 / 90.7 us with 2 tiles (2 blocks of 8 warps, 126 registers) against 85.3 /
+    88.5 / 110.3 with 1 (3 blocks, 80 registers, 8 bytes spilled at M = 8), bf16 75.8 / 80.5 /
+    87.6 against 84.2 / 88.2 / 100.3: one activation fragment feeds 32 columns."""
     groups = -(-N // (TILE_COLS * WIDE_TILES))
     return (M <= B_TILE_ROWS and groups >= TARGET_WARPS_PER_SM * multiprocessors
             and not wide_spills(M, block_size, zero_points))
@@ -236,7 +237,7 @@ def choice_reasons(config: TensorCoreConfig, N: int, K: int, multiprocessors: in
     else:
         why = (f"M = {config.M} <= {B_TILE_ROWS} and {wide_groups} groups of "
                f"{TILE_COLS * WIDE_TILES} columns >= {need} warps ({TARGET_WARPS_PER_SM} x "
-               f"{multiprocessors} SMs): measured 11 % faster on lm_head M = 8 "
+               f"{multiprocessors} SMs): measured 7-18 % faster on lm_head M = 2..8 "
                f"(bench/NOTES.md, session 7)")
     tiles = f"{config.tiles} tile(s) of {TILE_COLS} columns per warp: {why}"
     return {"tiles": tiles, "unroll": (
