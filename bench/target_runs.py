@@ -43,13 +43,10 @@ def run_targets(plan, variants, args, simulated: bool, checkpoint=None) -> dict:
 
 def _run_simulated(plan, variants, args) -> dict:
     import ml_dtypes
-    from numba import cuda
 
     import int4gemv as ig
     from int4gemv.benchmark import random_weight
     from int4gemv.benchmark.stream import SIM_CONFIG, StreamPeer
-    from int4gemv.descriptor import Operands
-    from int4gemv.registry import descriptor
 
     rows, skipped = [], []
     rng = np.random.default_rng(0)
@@ -71,42 +68,48 @@ def _run_simulated(plan, variants, args) -> dict:
                     if _skip(chosen, v):
                         skipped.append(f"{v} {label} bs{bs} zp{int(zp)} {dtype} M={M}: {chosen.reason}")
                         continue
-                    out = cuda.to_device(np.full(M * N, np.nan, np.float16).view(store))
-                    ops = Operands(act=cuda.to_device(np.ascontiguousarray(a).reshape(-1).view(store)),
-                                   out=out, bias=None, weight=w.device_arrays())
-                    launch = descriptor(chosen.kernel).bind(chosen, ops)
-                    launch.kernel[launch.grid, launch.block](*launch.args)
-                    y = out.copy_to_host().view(host).reshape(M, N)
-                    err = norm_error(y, ref)
+                    err = norm_error(_simulate(chosen, a, w, store, host), ref)
                     rows.append(result_row("int4gemv", v, label, N, K, M, bs, zp, dtype, error=err,
                                      ok=err <= 1e-2, kernel=_kernel_name(chosen)))
                 for spec in [c for c in args.configs or [] if is_tc_spec(c)] if M >= 2 else []:
-                    y = _simulate_tc(spec, a, w, M, N, K, bs, zp, dtype, store, host)
-                    err = norm_error(y, ref)
+                    err = norm_error(_simulate(_tc_plan(spec, a, w, sms=2), a, w, store, host), ref)
                     rows.append(result_row("probe", spec, label, N, K, M, bs, zp, dtype, error=err,
                                            ok=err <= 1e-2))
     return {"timed": False, "rows": rows, "skipped": skipped, "copy_bandwidth_gbs": None,
             "notes": ["simulator: tiny shapes, checked, nothing timed"]}
 
 
-def _simulate_tc(spec, a, w, M, N, K, bs, zp, dtype, store, host):
-    """A tensor-core probe on the simulator (2 SMs: persistent rounds at tiny N), poisoned
-    output; returns ``[M, N]`` in ``host`` dtype."""
+def _simulate(plan, a, w, store, host):
+    """Run ``plan`` on the simulator through its descriptor's binding (poisoned output);
+    returns ``[M, N]`` in ``host`` dtype."""
     from numba import cuda
 
-    from int4gemv.kernels.tensor_core import tensor_core_kernel
+    from int4gemv.descriptor import Operands
+    from int4gemv.registry import descriptor
+
+    M, N = plan.M, plan.N
+    out = cuda.to_device(np.full(M * N, np.nan, np.float16).view(store))
+    ops = Operands(act=cuda.to_device(np.ascontiguousarray(a).reshape(-1).view(store)),
+                   out=out, bias=None, weight=w.device_arrays())
+    launch = descriptor(plan.kernel).bind(plan, ops)
+    launch.kernel[launch.grid, launch.block](*launch.args)
+    return out.copy_to_host().view(host).reshape(M, N)
+
+
+def _tc_plan(spec, a, w, sms):
+    """The tensor-core plan of ``a`` x ``w`` with the probe spec's configuration on ``sms``
+    multiprocessors (2 on the simulator: persistent rounds at tiny N)."""
+    from dataclasses import replace
+
+    import int4gemv as ig
     from int4gemv.kernels.tensor_core_config import geometry
 
     from .target_tc_probes import tc_config
 
-    config = tc_config(spec, M, N, K, bs, dtype, zp, 2)
-    grid, block = geometry(config, N, 2)
-    d = w.device_arrays()
-    out = cuda.to_device(np.full(M * N, np.nan, np.float16).view(store))
-    act = cuda.to_device(np.ascontiguousarray(a).reshape(-1).view(np.uint16))
-    tensor_core_kernel(config)[grid, block](act, d["packed"], d["scales_flat"].view(np.uint16),
-                                            d["zero_points_flat"], d["no_bias"], False, out, K, N, M)
-    return out.copy_to_host().view(host).reshape(M, N)
+    p = ig.explain(a, w, tuning="tensor_core")
+    config = tc_config(spec, p.M, p.N, p.K, p.block_size, p.dtype, p.problem.zero_points, sms)
+    grid, block = geometry(config, p.N, sms)
+    return replace(p, config=config, grid=grid, block=block)
 
 
 def _kernel_name(plan) -> str:
