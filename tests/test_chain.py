@@ -1,8 +1,9 @@
 """The decode chain (``int4gemv.decode``) on the simulator, and its float64 model on the host.
 
-The chain runs at a tiny shape (2 layers, hidden 32, MLP 64, vocab 48): Numba's simulator costs
-about 0.1 s per output column of a GEMV, so the issue's hidden 64 / MLP 128 / vocab 96 would
-take about two minutes a step. The single-warp kernel runs with 16 columns per warp here (four
+The chain runs at a tiny shape (2 layers, hidden 32, MLP 32, k/v 8, vocab 16; 32 is the least K
+the single-warp kernel takes): Numba's simulator costs about 0.05 s per output column of a GEMV,
+so a step here takes about 10 s on a 2-core machine, and the issue's hidden 64 / MLP 128 / vocab
+96 would take about two minutes. The single-warp kernel runs with 16 columns per warp here (four
 times fewer simulated threads than its default 4). Full-size runs: ``tests/test_chain_gpu.py``.
 """
 
@@ -20,7 +21,7 @@ from int4gemv.decode.model import (ChainShape, LayerWeights, exact_gemv, random_
 from int4gemv.decode.silu_mul import check_silu_mul, silu_mul_geometry, silu_mul_kernel
 from int4gemv.decode.timeline import kernel_spans
 
-TINY = ChainShape(layers=2, hidden=32, intermediate=64, q_dim=32, kv_dim=16, vocab=48)
+TINY = ChainShape(layers=2, hidden=32, intermediate=32, q_dim=32, kv_dim=8, vocab=16)
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +85,13 @@ def test_tolerance_admits_fp16_rounding_and_rejects_a_missing_residual(rng, laye
 def test_layer_weights_check_their_shapes(rng, tiny_chain):
     layer = tiny_chain[0][0]
     parts = {name: getattr(layer, name) for name in ("q", "k", "v", "o", "gate", "up", "down")}
-    with pytest.raises(ValueError, match="down has N=32, K=32"):
-        LayerWeights(**dict(parts, down=parts["o"]))
+    with pytest.raises(ValueError, match="down has N=8, K=32"):
+        LayerWeights(**dict(parts, down=parts["k"]))
     with pytest.raises(TypeError, match="gate must be an int4gemv.QuantizedWeight"):
         LayerWeights(**dict(parts, gate=np.zeros(3)))
     merged = layer.qkv
-    assert merged.N == 32 + 2 * 16
-    np.testing.assert_array_equal(merged.dequantize()[32:48], layer.k.dequantize())
+    assert merged.N == 32 + 2 * 8
+    np.testing.assert_array_equal(merged.dequantize()[32:40], layer.k.dequantize())
 
 
 def test_launch_options_is_the_one_kernel_choice():
@@ -182,31 +183,15 @@ def test_silu_mul_kernel_is_float64_silu_times_u(rng, pdl):
     assert np.all(np.isinf(got[:n][~finite])) and np.all(np.isnan(got[n:]))
 
 
-# The merged layout's eager step is checked (poisoned, launches, float64) by the captured-chain
-# test below, which runs it anyway: one simulated step costs ~20 s.
-@pytest.mark.parametrize("merged, launches", [(False, 17)])
-def test_eager_chain_matches_float64(rng, tiny_chain, wide_columns, merged, launches):
-    """Separate: the plain chain. Merged: every launch programmatic (silu·mul too), each grid
-    capped at one block (one simulated SM: a single warp walks every column group), stamped."""
-    down = ig.Tuning("single_warp", cols=16, unroll=1, activations="streaming", pdl=True)
-    options = dict(tuning="single_warp+pdl", blocks_per_sm=1, timeline=True,
-                   kind_tunings={"down": down}) if merged else {}
-    chain = DecodeChain(*tiny_chain, merged=merged, **options)
-    assert chain.launches == launches and all(p.kernel == "single_warp" for p in chain.plans())
-    if merged:  # the down projections run their own tuning (K = 64 would keep registers)
-        assert [p.config.activations for p in chain.plans()] == ["registers"] * 3 + ["streaming"] + \
-            ["registers"] * 3 + ["streaming", "registers"]
+def test_eager_separate_chain_matches_float64(rng, tiny_chain, wide_columns):
+    """The separate layout: the plain chain, 8 launches a layer. (The merged layout's eager step
+    is checked the same way by the captured-chain test below, which runs it anyway.)"""
+    chain = DecodeChain(*tiny_chain, merged=False)
+    assert chain.launches == 17 and all(p.kernel == "single_warp" for p in chain.plans())
     x = rng.standard_normal(TINY.hidden).astype(np.float16)
     _poison(chain)
     logits = chain.run(x)
     assert relative_error(logits, reference_logits(*tiny_chain, x)) < tolerance(TINY.layers)
-    if merged:
-        assert chain.silu_pdl and chain.grids() == [1] * launches
-        spans = kernel_spans(chain.stamps.copy_to_host(), chain.kernels, 4e12)
-        assert [r["name"] for r in spans[:5]] == ["qkv", "o", "gate_up", "silu_mul", "down"]
-        assert all(r["blocks"] == 1 and r["start"] <= r["end"] for r in spans)
-        assert all(r["overlap"] <= 0 for r in spans)  # the simulator runs launches one after another
-        assert sum(r["adds"] for r in spans) == pytest.approx(spans[-1]["end"])
 
 
 @pytest.fixture
@@ -228,13 +213,28 @@ def sim_provider():
 
 def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_chain, wide_columns,
                                                                    sim_provider):
+    """The merged layout, every launch programmatic (silu·mul too), each grid capped at one
+    block (one simulated SM: a single warp walks every column group), the down projections on
+    their own tuning, stamped: its eager step against float64 and its timeline, then the same
+    chain captured into an owned graph, replayed with a new input and released."""
     sim, provider = sim_provider
-    chain = DecodeChain(*tiny_chain, merged=True, tuning="single_warp+pdl")
+    down = ig.Tuning("single_warp", cols=16, unroll=1, activations="streaming", pdl=True)
+    chain = DecodeChain(*tiny_chain, merged=True, tuning="single_warp+pdl", blocks_per_sm=1,
+                        timeline=True, kind_tunings={"down": down})
     assert chain.launches == 11 and all(p.kernel == "single_warp" for p in chain.plans())
+    # the down projections run their own tuning (K = 32 would keep registers)
+    assert [p.config.activations for p in chain.plans()] == ["registers"] * 3 + ["streaming"] + \
+        ["registers"] * 3 + ["streaming", "registers"]
     x0, x1 = (rng.standard_normal(TINY.hidden).astype(np.float16) for _ in range(2))
     _poison(chain)
     eager = chain.run(x1)
     assert relative_error(eager, reference_logits(*tiny_chain, x1)) < tolerance(TINY.layers)
+    assert chain.silu_pdl and chain.grids() == [1] * chain.launches
+    spans = kernel_spans(chain.stamps.copy_to_host(), chain.kernels, 4e12)
+    assert [r["name"] for r in spans[:5]] == ["qkv", "o", "gate_up", "silu_mul", "down"]
+    assert all(r["blocks"] == 1 and r["start"] <= r["end"] for r in spans)
+    assert all(r["overlap"] <= 0 for r in spans)  # the simulator runs launches one after another
+    assert sum(r["adds"] for r in spans) == pytest.approx(spans[-1]["end"])
     graph = chain.capture(provider, 5, x0, streams=SimulatedStreams(sim))
     c = provider.counters
     assert (c.graphs_alive, c.pinned_buffers, c.pinned_bytes) == (1, 1, x0.nbytes)
@@ -242,7 +242,6 @@ def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_cha
     chain.x.copy_to_device(np.zeros(TINY.hidden, np.float16))  # the replay must copy its own input
     replayed = graph(x1)  # x1 written into the retained pinned buffer, then one replay
     np.testing.assert_array_equal(replayed, eager)
-    assert relative_error(replayed, reference_logits(*tiny_chain, x1)) < tolerance(TINY.layers)
     graph.release()
     c = provider.counters
     assert (c.graphs_alive, c.pinned_buffers, c.pinned_bytes, c.pending_cleanup, c.host_funcs) == (0,) * 5
@@ -254,9 +253,9 @@ def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_cha
 def test_persistent_chain_matches_float64_with_phases_spread_over_blocks(rng, tiny_chain):
     from int4gemv.decode.persistent import PersistentChain
 
-    chain = PersistentChain(*tiny_chain, max_items=3)  # every phase has >= 8 items: >= 3 blocks each
+    chain = PersistentChain(*tiny_chain, max_items=3)  # every phase has >= 4 items: >= 2 blocks each
     items = chain.phases.copy_to_host()[:, -1]
-    assert chain.blocks * 3 >= items.sum() and items.min() >= 8 and chain.launches == 2
+    assert chain.blocks * 3 >= items.sum() and items.min() >= 4 and chain.launches == 2
     x = rng.standard_normal(TINY.hidden).astype(np.float16)
     chain.logits.copy_to_device(np.full(TINY.vocab, np.nan, np.float16))
     logits = chain.run(x)
