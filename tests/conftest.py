@@ -25,6 +25,10 @@ import pytest  # noqa: E402
 from numba import config  # noqa: E402
 
 SIMULATED = bool(config.ENABLE_CUDASIM)
+if SIMULATED:
+    from simulator_polling import install
+
+    install()  # the simulator's block manager yields while it polls (tests/simulator_polling.py)
 CONTROL_VARS = ("INT4GEMV_SINGLE_WARP", "INT4GEMV_ENABLE_SINGLE_WARP_GEMV",
                 "INT4GEMV_SINGLE_WARP_COLS", "INT4GEMV_SINGLE_WARP_UNROLL")
 #: ``PYTEST_REPORT_DIR``: where each failure (traceback and captured output) is written the

@@ -20,6 +20,8 @@ from int4gemv.decode.model import (ChainShape, LayerWeights, exact_gemv, random_
                                   reference_logits, relative_error, tolerance)
 from int4gemv.decode.silu_mul import check_silu_mul, silu_mul_geometry, silu_mul_kernel
 from int4gemv.decode.timeline import kernel_spans
+from int4gemv.device import device_facts
+from int4gemv.kernels.intrinsics import SIMULATED
 
 TINY = ChainShape(layers=2, hidden=32, intermediate=32, q_dim=32, kv_dim=8, vocab=16)
 
@@ -229,12 +231,14 @@ def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_cha
     _poison(chain)
     eager = chain.run(x1)
     assert relative_error(eager, reference_logits(*tiny_chain, x1)) < tolerance(TINY.layers)
-    assert chain.silu_pdl and chain.grids() == [1] * chain.launches
+    sms = device_facts()[1]  # 1 on the simulator: every grid capped at one block
+    assert chain.silu_pdl and max(chain.grids()) <= sms and (sms > 1 or set(chain.grids()) == {1})
     spans = kernel_spans(chain.stamps.copy_to_host(), chain.kernels, 4e12)
     assert [r["name"] for r in spans[:5]] == ["qkv", "o", "gate_up", "silu_mul", "down"]
-    assert all(r["blocks"] == 1 and r["start"] <= r["end"] for r in spans)
-    assert all(r["overlap"] <= 0 for r in spans)  # the simulator runs launches one after another
-    assert sum(r["adds"] for r in spans) == pytest.approx(spans[-1]["end"])
+    assert [r["blocks"] for r in spans] == chain.grids() and all(r["start"] <= r["end"] for r in spans)
+    if SIMULATED:  # the simulator runs launches one after another; a GPU overlaps them
+        assert all(r["overlap"] <= 0 for r in spans)
+        assert sum(r["adds"] for r in spans) == pytest.approx(spans[-1]["end"])
     graph = chain.capture(provider, 5, x0, streams=SimulatedStreams(sim))
     c = provider.counters
     assert (c.graphs_alive, c.pinned_buffers, c.pinned_bytes) == (1, 1, x0.nbytes)
