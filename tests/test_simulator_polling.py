@@ -1,24 +1,24 @@
 """The tests' yielding block manager for the simulator (tests/simulator_polling.py)."""
 
 import numpy as np
-import pytest
 from numba import cuda
 
-from conftest import SIMULATED
+from int4gemv.device import simulated
 
-pytestmark = pytest.mark.skipif(not SIMULATED, reason="the patch is for Numba's CUDA simulator")
+SIMULATED = simulated()
 
 
-def test_it_is_installed_for_the_pinned_numba_cuda():
+def test_it_is_installed_on_the_simulator_for_the_pinned_numba_cuda():
     # A numba-cuda upgrade leaves the original loop in place (correct, ~1.4x slower CI): this
     # says so, so that the copy in simulator_polling.py is checked against the new version.
+    # On a GPU the simulator is not used and stays as Numba ships it.
     from importlib.metadata import version
 
     from numba.cuda.simulator.kernel import BlockManager
     from simulator_polling import PATCHED_VERSIONS, _run
 
     assert version("numba-cuda") in PATCHED_VERSIONS, "check simulator_polling._run against it"
-    assert BlockManager.run is _run
+    assert (BlockManager.run is _run) == SIMULATED
 
 
 @cuda.jit
@@ -34,6 +34,7 @@ def _rotate_through_shared(x, out):
 
 
 def test_barriers_still_order_every_thread_of_a_block():
+    # on the simulator: the patched manager's barriers; on a GPU the same kernel, as a reference
     x = np.arange(64, dtype=np.float32)
     d_x, d_out = cuda.to_device(x), cuda.to_device(np.full(64, np.nan, np.float32))
     _rotate_through_shared[1, 64](d_x, d_out)
