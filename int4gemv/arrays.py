@@ -201,8 +201,7 @@ def array_key(x):
     Numba device array through its attributes and its memory pointer's integer address; anything
     else through its ``__cuda_array_interface__``; a torch tensor, the common eager case, through
     ``data_ptr()``, ``shape``, ``is_contiguous()`` and ``dtype`` only (about 0.3 µs; no
-    ``__cuda_array_interface__`` dict, which costs microseconds; no class either, since two torch
-    classes with equal fields bind equally, and that tuple's form is no other reader's). Those suffice: validation
+    ``__cuda_array_interface__`` dict, which costs microseconds). Those suffice: validation
     accepts C-contiguous arrays only, so a contiguous tensor's strides follow from its shape, and
     a CUDA tensor's address (unified addressing: device memory and host memory never share an
     address while the context lives) is never a CPU tensor's. A read that fails gives ``None``
@@ -253,8 +252,8 @@ def _torch_reader(cls):
     looked up once here, not on every call."""
     data_ptr, is_contiguous = cls.data_ptr, cls.is_contiguous
 
-    def torch_key(x):  # no class: equal fields are an equal binding whatever the subclass
-        return (data_ptr(x), x.shape, is_contiguous(x), x.dtype)
+    def torch_key(x):
+        return (x.__class__, data_ptr(x), x.shape, is_contiguous(x), x.dtype)
     return torch_key
 
 

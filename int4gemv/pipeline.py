@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import (KEY_READERS, ArrayInfo, array_key, check_array, describe, device_view,
+from .arrays import (KEY_READERS, ArrayInfo, check_array, describe, device_view, key_reader,
                      numpy_dtype, storage_dtype)
 from .descriptor import MAX_M, Operands, Problem
 from .device import device_facts, supports_pdl
@@ -194,11 +194,9 @@ def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
         return None, None
     readers = KEY_READERS  # array_key without its two calls per array
     try:
-        ka = readers[a.__class__](a)
-        kout = readers[out.__class__](out)
-        kb = None if bias is None else readers[bias.__class__](bias)
-    except KeyError:  # a class seen for the first time (array_key decides how to read it)
-        ka, kout, kb = array_key(a), array_key(out), None if bias is None else array_key(bias)
+        ka = (readers.get(a.__class__) or key_reader(a))(a)
+        kout = (readers.get(out.__class__) or key_reader(out))(out)
+        kb = None if bias is None else (readers.get(bias.__class__) or key_reader(bias))(bias)
     except Exception:
         return None, None
     if ka is None or kout is None or (kb is None and bias is not None):
