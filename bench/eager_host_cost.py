@@ -96,8 +96,8 @@ def measure(calls=2000, repeats=40) -> dict:
              "gemv(tuning=Tuning(...))": {"tuning": tuning}}
     for kwargs in forms.values():
         ig.gemv(a, w, out=out, **kwargs)  # plan, bind and cache (on the simulator: runs it)
-    for key, entry in list(pipeline._launches.items()):
-        pipeline._launches[key] = (entry[0], _NoLaunch()) + tuple(entry[2:])
+    for key, entry in list(pipeline.LAUNCHES.items()):
+        pipeline.LAUNCHES[key] = (_NoLaunch(),) + tuple(entry[1:])
     noop = _NoLaunch()
 
     def prepared():  # what PreparedGemv.__call__ does around its launch

@@ -3,9 +3,9 @@
     python -m bench.torch_key_cost
 
 Prints ns per expression (best of 5 ``timeit`` repeats; the loop's own ~15 ns included) for each
-torch attribute the eager path could read, then the whole cached ``pipeline.lookup`` of a
-2048×2048 fp16 call with a ``Tuning`` and with ``tuning=None``. Host-side only: the kernel is
-launched once, to fill the cache. The figures of 2026-12-03 are in ``bench/NOTES.md`` ("Eager host
+torch attribute the eager path could read, then the call key the eager path reads
+(``array_keys.call_key``, through its per-class reader) of a 2048×2048 fp16 call's ``a`` and
+``out``. Host-side only. The figures of 2026-12-03 are in ``bench/NOTES.md`` ("Eager host
 cost: where a torch call's time goes").
 """
 
@@ -31,24 +31,16 @@ def _ns(stmt, env, number):
 def main():
     import torch
 
-    import int4gemv as ig
-    from int4gemv import pipeline
+    from int4gemv.array_keys import call_key_reader
 
     x = torch.empty(2048, dtype=torch.float16, device="cuda")
     for stmt in ATTRIBUTES:
         print(f"{stmt:70} {_ns(stmt, {'x': x, 'torch': torch}, 200_000):7.1f} ns")
-    rng = np.random.default_rng(0)
-    w = ig.quantize(rng.standard_normal((2048, 2048)).astype(np.float32), 32)
-    a = torch.from_numpy(rng.standard_normal(2048).astype(np.float16)).cuda()
+    a = torch.from_numpy(np.random.default_rng(0).standard_normal(2048).astype(np.float16)).cuda()
     out = torch.empty(2048, dtype=torch.float16, device="cuda")
-    tuning = ig.Tuning("auto")
-    ig.gemv(a, w, out=out, tuning=tuning)  # fill the launch cache for both forms
-    ig.gemv(a, w, out=out)
-    torch.cuda.synchronize()
-    env = {"pipeline": pipeline, "a": a, "w": w, "out": out, "tuning": tuning}
-    for stmt in ("pipeline.lookup(a, w, None, out, tuning, None, False, False)",
-                 "pipeline.lookup(a, w, None, out, None, None, False, False)"):
-        print(f"{stmt:70} {_ns(stmt, env, 100_000):7.1f} ns")
+    env = {"reader": call_key_reader(a), "a": a, "out": out}
+    stmt = "reader(a, out, None)"
+    print(f"{stmt:70} {_ns(stmt, env, 100_000):7.1f} ns")
 
 
 if __name__ == "__main__":

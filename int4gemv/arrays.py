@@ -16,7 +16,6 @@ as their 16-bit storage (:func:`storage_dtype`: ``float16``, or ``uint16`` holdi
 from __future__ import annotations
 
 import ctypes
-import weakref
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -24,8 +23,8 @@ import numpy as np
 
 from .device import current_device_id, simulated
 
-__all__ = ["ArrayInfo", "describe", "check_array", "device_view", "array_key", "key_reader",
-           "KEY_READERS", "dtype_name", "numpy_dtype", "storage_dtype", "DTYPES", "BFLOAT16"]
+__all__ = ["ArrayInfo", "describe", "check_array", "device_view", "torch_like", "numba_pointer",
+           "dtype_name", "numpy_dtype", "storage_dtype", "DTYPES", "BFLOAT16"]
 
 DTYPES = ("float16", "bfloat16")
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -80,7 +79,9 @@ def _contiguous_strides(shape, itemsize):
     return tuple(strides)
 
 
-def _is_torch_like(x):
+def torch_like(x):
+    """Whether ``x`` is read like a torch tensor (``data_ptr()``, ``stride()``, ``dtype``,
+    ``device``)."""
     return callable(getattr(x, "data_ptr", None)) and callable(getattr(x, "stride", None)) \
         and hasattr(x, "dtype") and hasattr(x, "device")
 
@@ -93,8 +94,8 @@ def describe(name: str, x) -> ArrayInfo:
                          not x.flags.writeable)
     if hasattr(x, "copy_to_host") and hasattr(x, "dtype"):  # Numba device array (or simulated)
         return ArrayInfo(name, "device", np.dtype(x.dtype).name, tuple(x.shape),
-                         tuple(x.strides), _numba_pointer(x), None, x)
-    if _is_torch_like(x):
+                         tuple(x.strides), numba_pointer(x), None, x)
+    if torch_like(x):
         return _describe_torch(name, x)
     try:
         cai = x.__cuda_array_interface__
@@ -114,7 +115,7 @@ def describe(name: str, x) -> ArrayInfo:
     return ArrayInfo(name, "device", dtype.name, shape, strides, pointer, None, x, readonly)
 
 
-def _numba_pointer(x):
+def numba_pointer(x):
     """The data address of a Numba device array (on the simulator: of the host array it wraps)."""
     if simulated():
         return x._ary.ctypes.data
@@ -187,101 +188,3 @@ def device_view(info: ArrayInfo, dtype=None):
     from numba import cuda
 
     return cuda.as_cuda_array(_Interface(info, store, count), sync=False)
-
-
-def array_key(x):
-    """What validation and binding depend on for a device array: its class, dtype, shape,
-    strides and data address; ``None`` for anything that is not a device array. Read afresh on
-    every call (a torch tensor can be resized or re-pointed in place: ``resize_``, ``set_``,
-    ``as_strided_``, ``.data =``), except for Numba device arrays, which never change (see
-    :func:`_numba_key`). Equal keys mean an equal binding: a cached launch exists only for arrays
-    that passed validation.
-
-    How a class is read is decided once per class (:data:`KEY_READERS`, :func:`key_reader`): a
-    Numba device array through its attributes and its memory pointer's integer address; anything
-    else through its ``__cuda_array_interface__``; a torch tensor, the common eager case, through
-    ``data_ptr()``, ``shape``, ``is_contiguous()`` and ``dtype`` only (about 0.3 µs; no
-    ``__cuda_array_interface__`` dict, which costs microseconds). Those suffice: validation
-    accepts C-contiguous arrays only, so a contiguous tensor's strides follow from its shape, and
-    a CUDA tensor's address (unified addressing: device memory and host memory never share an
-    address while the context lives) is never a CPU tensor's. A read that fails gives ``None``
-    (the call then takes the full pipeline, which names the problem)."""
-    try:
-        return key_reader(x)(x)
-    except Exception:
-        return None
-
-
-def key_reader(x):
-    """The function that reads the array key (see :func:`array_key`) of objects of ``x``'s class,
-    decided once per class and kept in :data:`KEY_READERS`. It may raise on an object it cannot
-    read (:func:`array_key` turns that into ``None``)."""
-    reader = KEY_READERS.get(x.__class__)
-    if reader is None:
-        reader = KEY_READERS[x.__class__] = _keyer_for(x)
-    return reader
-
-
-def _numba_key(x):
-    """A Numba device array: its attributes and its MemoryPointer's address (a view's is its
-    own). A Numba device array never changes its memory, shape, strides or dtype after it is
-    made (reshapes and views are new objects), so its key is kept per live object
-    (:data:`_NUMBA_KEYS`, an entry dropped when the array dies) and checked by identity."""
-    hit = _NUMBA_KEYS.get(id(x))
-    if hit is not None and hit[0]() is x:
-        return hit[1]
-    gpu_data = x.gpu_data
-    key = (x.__class__, x.dtype, x.shape, x.strides,
-           0 if gpu_data is None else int(gpu_data.device_pointer))
-    ident = id(x)
-
-    def forget(ref):
-        if _NUMBA_KEYS.get(ident, (None,))[0] is ref:
-            del _NUMBA_KEYS[ident]
-
-    _NUMBA_KEYS[ident] = (weakref.ref(x, forget), key)
-    return key
-
-
-def _simulator_key(x):
-    return (x.__class__, x.dtype, x.shape, x.strides, _numba_pointer(x))
-
-
-def _torch_reader(cls):
-    """The key reader of torch tensor class ``cls`` (see :func:`array_key`): its C methods are
-    looked up once here, not on every call."""
-    data_ptr, is_contiguous = cls.data_ptr, cls.is_contiguous
-
-    def torch_key(x):
-        return (x.__class__, data_ptr(x), x.shape, is_contiguous(x), x.dtype)
-    return torch_key
-
-
-def _torch_like_key(x):
-    return (x.__class__, x.dtype, tuple(x.shape), x.stride(), x.data_ptr(), x.device)
-
-
-def _interface_key(x):
-    cai = x.__cuda_array_interface__
-    return (x.__class__, cai["typestr"], tuple(cai["shape"]), cai.get("strides"), cai["data"][0])
-
-
-def _no_key(x):
-    return None
-
-
-def _keyer_for(x):
-    """How :func:`array_key` reads objects of ``x``'s class."""
-    if x is None or isinstance(x, np.ndarray):
-        return _no_key
-    if hasattr(x, "copy_to_host") and hasattr(x, "dtype"):  # as describe() decides
-        return _simulator_key if simulated() or not hasattr(x, "gpu_data") else _numba_key
-    if _is_torch_like(x):
-        real_torch = type(x).__module__.startswith("torch") and hasattr(x, "is_cuda")
-        return _torch_reader(x.__class__) if real_torch else _torch_like_key
-    return _interface_key
-
-
-#: Class -> its key reader (see :func:`array_key`); the eager hot path reads it directly.
-KEY_READERS = {}
-_NUMBA_KEYS = {}  # id(Numba device array) -> (weakref to it, its key), while it lives

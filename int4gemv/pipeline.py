@@ -11,12 +11,12 @@ the benchmarks all go through these functions:
 * :func:`bind` asks the planned kernel's descriptor for its launch (:mod:`.descriptor`) and binds
   it once (:mod:`.launcher`): a :class:`~.launcher.BoundLaunch` whose ``launch(stream)`` is one
   driver call.
-* the launch cache (:func:`lookup`, :func:`remember`, :func:`clear_caches`)
+* the launch cache (:data:`LAUNCHES`, :func:`remember`, :func:`clear_caches`)
   keeps up to :data:`MAX_LAUNCHES` bound launches of device calls with ``out`` given, keyed on
   the tuning (a ``Tuning``/variant string as given, or the ``variant``/``pdl``/``prefetch``
   keywords and the four environment variables' values, read at call time), the weight's
   identity and each array's class, dtype, shape, strides and address, read afresh on every call
-  (:func:`~.arrays.array_key`). A hit is one dict lookup and one driver launch.
+  (:func:`~.array_keys.call_key`). A hit is one dict lookup and one driver launch.
 
 Batches are served up to ``M = 16`` (:data:`~.descriptor.MAX_M`) rows per call; larger ``a`` is
 refused (split it).
@@ -31,23 +31,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import (KEY_READERS, ArrayInfo, check_array, describe, device_view, key_reader,
-                     numpy_dtype, storage_dtype)
+from .arrays import ArrayInfo, check_array, describe, device_view, numpy_dtype, storage_dtype
 from .descriptor import MAX_M, Operands, Problem
 from .device import device_facts, supports_pdl
 from .dispatch import Plan, plan_gemv
 from .launcher import bind as bind_kernel
 from .registry import descriptor
-from .tuning import Tuning, read_environment
 from .weights import QuantizedWeight
 
 __all__ = ["Call", "validate", "plan", "bind", "run_host", "check_options", "emit_warnings",
-           "lookup", "remember", "clear_caches", "cached_launch_count",
-           "MAX_LAUNCHES"]
+           "remember", "clear_caches", "cached_launch_count", "MAX_LAUNCHES", "LAUNCHES"]
 
 #: Bound launches kept by the launch cache (least recently stored dropped first).
 MAX_LAUNCHES = 256
-_launches = {}  # launch key -> (weakref to the weight, BoundLaunch, warnings), oldest first
+#: The launch cache: launch key -> ``(bound launch, warnings, tuning)``, oldest first. A launch key is ``(how, id(w), call key)``: ``how`` is the tuning as given (a
+#: :class:`~.tuning.Tuning` by identity, since hashing one is a Python call; its entry keeps it
+#: alive, so the identity cannot be reused while the entry exists; a variant string as given;
+#: with ``tuning=None``, ``(variant, pdl, prefetch, environment)``, the environment being the
+#: call's :func:`~.tuning.read_environment` snapshot, so a change of a variable applies to the
+#: next call), the weight's identity and the arrays' :func:`~.array_keys.call_key`, read
+#: afresh. A weight's entries are dropped when it dies (a ``weakref.finalize`` per weight,
+#: :func:`remember`), before its identity can be reused, so a hit needs no weakref check. :func:`int4gemv.gemv` reads it inline (each
+#: Python call on the eager path costs about 0.1 µs) and stores its misses with
+#: :func:`remember`.
+LAUNCHES = {}
 
 
 @dataclass(frozen=True)
@@ -166,64 +173,35 @@ def run_host(plan: Plan, call: Call, out=None):
     return out
 
 
-def lookup(a, w, bias, out, tuning, variant, pdl, prefetch, environment=None):
-    """``(key, bound launch or None)`` of a device call with ``out``: the launch stored under
-    ``key`` for this very weight (its warnings emitted again). The eager hot path: one key, one
-    dict lookup, and no Python call beyond each array's key reader.
-
-    ``key`` is ``None`` when the call cannot use the cache (host arrays, no ``out``, unusual
-    argument types: those take the full pipeline). It holds how the tuning is given, the weight's
-    identity and each array's :func:`~.arrays.array_key`, read afresh. With ``tuning=None`` that
-    is the keywords and ``environment``, the caller's :func:`~.tuning.read_environment` snapshot
-    (read now when not given), so a change of a variable applies to the next call; the caller
-    resolves a miss from that same snapshot. A :class:`~.tuning.Tuning` is keyed by identity
-    (hashing it is a Python call): its entry keeps it alive (:func:`remember`), so the identity
-    cannot be reused while the entry exists."""
-    if tuning is None:
-        if pdl.__class__ is not bool or prefetch.__class__ is not bool or not (
-                variant is None or variant.__class__ is str):
-            return None, None
-        how = (variant, pdl, prefetch, read_environment() if environment is None else environment)
-    elif variant is not None or pdl is not False or prefetch is not False:
-        return None, None
-    elif tuning.__class__ is Tuning:
-        how = id(tuning)
-    elif tuning.__class__ is str:
-        how = tuning
-    else:
-        return None, None
-    readers = KEY_READERS  # array_key without its two calls per array
-    try:
-        ka = (readers.get(a.__class__) or key_reader(a))(a)
-        kout = (readers.get(out.__class__) or key_reader(out))(out)
-        kb = None if bias is None else (readers.get(bias.__class__) or key_reader(bias))(bias)
-    except Exception:
-        return None, None
-    if ka is None or kout is None or (kb is None and bias is not None):
-        return None, None
-    key = (how, id(w), ka, kout, kb)
-    hit = _launches.get(key)
-    if hit is None or hit[0]() is not w:
-        return key, None
-    if hit[2]:
-        emit_warnings(hit[2], stacklevel=4)
-    return key, hit[1]
-
-
 def remember(key, w, bound, messages=(), tuning=None):
-    """Store a bound launch under ``key`` (dropping the oldest beyond :data:`MAX_LAUNCHES`);
-    ``tuning``, the call's ``tuning=`` argument, is kept alive with it (see :func:`lookup`)."""
-    _launches[key] = (weakref.ref(w), bound, tuple(messages), tuning)
-    while len(_launches) > MAX_LAUNCHES:
-        del _launches[next(iter(_launches))]
+    """Store a bound launch of weight ``w`` under ``key`` (dropping the oldest beyond
+    :data:`MAX_LAUNCHES`); ``tuning``, the call's ``tuning=`` argument, is kept alive with it (see
+    :data:`LAUNCHES`). ``w``'s entries are dropped when ``w`` dies."""
+    ident = id(w)
+    if ident not in _watched:
+        _watched.add(ident)
+        weakref.finalize(w, _forget_weight, ident)
+    LAUNCHES[key] = (bound, tuple(messages), tuning)
+    while len(LAUNCHES) > MAX_LAUNCHES:
+        del LAUNCHES[next(iter(LAUNCHES))]
+
+
+_watched = set()  # id of every weight with a finalizer that drops its launch cache entries
+
+
+def _forget_weight(ident):
+    """``w`` (``id(w) == ident``) died: drop its entries (run before its identity is reused)."""
+    _watched.discard(ident)
+    for key in [key for key in list(LAUNCHES) if key[1] == ident]:
+        LAUNCHES.pop(key, None)
 
 
 def clear_caches():
     """Forget every cached plan and bound launch (the next call of each plans and binds again)."""
-    _launches.clear()
+    LAUNCHES.clear()
     _cached_plan.cache_clear()
 
 
 def cached_launch_count() -> int:
     """How many bound launches the cache holds."""
-    return len(_launches)
+    return len(LAUNCHES)

@@ -5,11 +5,14 @@ read again on every call.
   ``os.environ``'s backing dict) and a miss is resolved from the same snapshot as its key;
 * a ``Tuning`` is keyed by identity and kept alive by its entry;
 * a tensor's shape, strides and address are read afresh on every call (in-place resizes);
-* Numba device arrays' keys are kept per live object and dropped when the array dies (GPU).
+* Numba device arrays' keys are kept per live object and dropped when the array dies (GPU);
+* a weight's cached launches are dropped when the weight dies;
+* a torch tensor call key reads every field of every array, in one Python call.
 """
 
 import gc
 import os
+import types
 import weakref
 
 import numpy as np
@@ -19,7 +22,7 @@ from numba import cuda
 import int4gemv as ig
 import int4gemv.api as api
 from int4gemv import pipeline
-from int4gemv.arrays import array_key
+from int4gemv.array_keys import array_key, call_key
 from int4gemv.device import simulated
 from int4gemv.tuning import ENV_VARS, read_environment
 
@@ -92,7 +95,7 @@ def test_a_miss_is_resolved_from_the_snapshot_its_key_was_made_of(rng, monkeypat
     ig.gemv(a, w, out=out)
     assert seen[0].tuning.variant == "single_warp"
     assert seen[0].source("variant") == "INT4GEMV_SINGLE_WARP=1"
-    assert pipeline.lookup(a, w, None, out, None, None, False, False, snapshot)[1] is not None
+    assert [key[0] for key in pipeline.LAUNCHES] == [(None, False, False, snapshot)]
 
 
 def test_equal_tunings_are_cached_apart_and_each_entry_keeps_its_tuning(rng):
@@ -108,7 +111,7 @@ def test_equal_tunings_are_cached_apart_and_each_entry_keeps_its_tuning(rng):
     del t1
     gc.collect()
     assert alive() is not None  # its id stays unique while its entry exists
-    assert any(entry[3] is alive() for entry in pipeline._launches.values())
+    assert any(entry[2] is alive() for entry in pipeline.LAUNCHES.values())
 
 
 class Tensor:
@@ -178,6 +181,71 @@ def test_a_and_bias_changed_in_place_after_cached_calls_are_validated_again(rng)
         ig.gemv(a, w, bias=bias, out=out)
 
 
+def test_a_dead_weights_launches_are_dropped_and_its_identity_hits_nothing(rng):
+    """Entries are keyed on ``id(w)``: they go when ``w`` dies, before the identity can be
+    reused, so a later weight never runs another weight's binding."""
+    pipeline.clear_caches()
+    w, a_h, a, out = _small(rng)
+    keep, _, _, _ = _small(rng)
+    ig.gemv(a, keep, out=out)
+    ig.gemv(a, w, out=out)
+    ig.gemv(a, w, out=out, tuning="default")
+    assert pipeline.cached_launch_count() == 3
+    del w
+    gc.collect()
+    assert pipeline.cached_launch_count() == 1   # only keep's entry is left
+    for _ in range(20):  # new weights, often at a freed identity: each computes its own result
+        w2 = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
+        out.copy_to_device(np.full(8, np.nan, np.float16))
+        ig.gemv(a, w2, out=out)
+        assert _err(out.copy_to_host(), a_h, w2) <= TOL
+        del w2
+    gc.collect()
+    assert pipeline.cached_launch_count() == 1
+
+
+def _lookalike_torch():
+    """A tensor class that the key readers take for torch's own (module ``torch...``, with
+    ``is_cuda``); its fields can be changed in place."""
+    class Tensor:
+        def __init__(self, ptr, shape):
+            self.ptr, self.shape, self.contiguous, self.dtype = ptr, shape, True, "torch.float16"
+            self.device, self.is_cuda = types.SimpleNamespace(type="cuda", index=0), True
+
+        def data_ptr(self):
+            return self.ptr
+
+        def stride(self):
+            return (1,)
+
+        def is_contiguous(self):
+            return self.contiguous
+    Tensor.__module__ = "torch_lookalike"
+    return Tensor
+
+
+def test_a_torch_call_key_reads_every_field_of_every_array():
+    Tensor = _lookalike_torch()
+    a, out, bias = Tensor(1 << 20, (64,)), Tensor(2 << 20, (8,)), Tensor(3 << 20, (8,))
+    for args in ((a, out, None), (a, out, bias)):
+        base = call_key(*args)
+        assert base is not None and base[0] is Tensor
+        for x in args[:2] + ((bias,) if args[2] is not None else ()):
+            for field, other in (("ptr", 4 << 20), ("shape", (16,)), ("contiguous", False),
+                                 ("dtype", "torch.bfloat16")):
+                saved = getattr(x, field)
+                setattr(x, field, other)
+                assert call_key(*args) != base, field
+                setattr(x, field, saved)
+        assert call_key(*args) == base
+    assert call_key(a, out) != call_key(a, out, bias)
+    assert call_key(a, out, bias)[:9] == call_key(a, out)
+    numba_out = cuda.device_array(8, np.float16)    # another class: read array by array
+    assert call_key(a, numba_out) == (array_key(a), array_key(numba_out), None)
+    assert call_key(np.zeros(64, np.float16), out) is None
+    assert call_key(a, out, "not an array") is None
+
+
 def test_keys_of_things_that_are_not_device_arrays_are_none():
     assert array_key(None) is None and array_key(np.zeros(3, np.float16)) is None
     assert array_key("abc") is None and array_key([1.0]) is None
@@ -222,7 +290,7 @@ def test_real_torch_tensors_resized_or_repointed_in_place_are_seen(rng):
 
 @pytest.mark.gpu
 def test_numba_array_keys_are_kept_per_live_array_only(rng):
-    from int4gemv import arrays
+    from int4gemv import array_keys
     w, a_h, a, out = _small(rng, 256, 512)
     pipeline.clear_caches()
     for _ in range(3):  # new arrays (ids may be reused): each computes its own result
@@ -232,10 +300,10 @@ def test_numba_array_keys_are_kept_per_live_array_only(rng):
         ig.gemv(b, w, out=out)
         assert _err(out.copy_to_host(), b_h, w) <= TOL
         ident = id(b)
-        assert ident in arrays._NUMBA_KEYS
+        assert ident in array_keys._NUMBA_KEYS
         del b
         gc.collect()
-        assert ident not in arrays._NUMBA_KEYS
+        assert ident not in array_keys._NUMBA_KEYS
 
 
 def test_the_host_cost_probe_measures_every_call_form():
