@@ -26,6 +26,7 @@ from int4gemv.kernels.default import DefaultConfig, choose_config, default_kerne
 from int4gemv.kernels.default_m1 import STAGE_MAX_K, half_range_pays
 
 BF16 = ml_dtypes.bfloat16
+SIMULATED = simulated()
 DTYPES = {"float16": np.float16, "bfloat16": BF16}
 TOL = {"float16": 2e-3, "bfloat16": 4e-3}
 NORM_TOL = {"float16": 1e-3, "bfloat16": 3e-3}
@@ -267,21 +268,35 @@ def test_bf16_m1_fp16_arithmetic_every_format(rng, bs, zp):
 
 
 @pytest.mark.parametrize("pipeline", [False, True])
-@pytest.mark.parametrize("scale", [2.0 ** -20, 2.0 ** 14, 1.0])
-def test_bf16_m1_activations_outside_the_fp16_range_fold_in_float32(rng, scale, pipeline):
-    # bf16 at M = 1 takes the fp16 arithmetic only where every activation of the row is 0 or in
-    # [2**-14, 256): at 2**-20 the fp16 conversion would lose bits (subnormals, ~6 % error), at
-    # 2**14 the first product overflows fp16. Scale 1: one chunk out of range (chunk 2 of 4, a
-    # second unrolled chunk), the rest in range with exact zeros: the block folds in float32.
+@pytest.mark.parametrize("scale, half", [(2.0 ** -20, True), (2.0 ** 14, True), (1.0, True),
+                                         (2.0 ** -30, False), (2.0 ** 45, False), (0.0, True)])
+def test_bf16_m1_rows_fold_in_fp16_where_their_power_of_two_scale_allows(rng, monkeypatch, scale,
+                                                                        half, pipeline):
+    # bf16 at M = 1 takes the fp16 arithmetic on its row scaled by 2**s (max |a| into [128, 256),
+    # |s| <= 32): at 2**-20 unscaled fp16 would lose bits (subnormals), at 2**14 the first
+    # product would overflow fp16. Scale 1: one chunk 2**14 larger (chunk 2 of 4, a second
+    # unrolled chunk), so the rest lands near fp16's subnormals once scaled, with exact zeros.
+    # At 2**-30 and 2**45 the scale would pass 2**32: the block folds in float32. On the
+    # simulator the fp16 fold's dot8 calls are counted: taken exactly where expected.
+    from int4gemv.kernels import default_m1
     a, w, _ = make(rng, 65, 128, 32, False, 1, "bfloat16")
     a64 = a.astype(np.float64) * scale
     if scale == 1.0:
         a64[0, 64:96] *= 2.0 ** 14
         a64[0, 40:48] = 0.0
     a = a64.astype(BF16)
+    calls = []
+    if SIMULATED:
+        real = default_m1.dot8
+        monkeypatch.setattr(default_m1, "dot8", lambda *args: calls.append(1) or real(*args))
     config = _walker("bfloat16", 128, 32, False, pipeline, unroll=2)
     y, _ = run(a, w, None, "bfloat16", config=config, multiprocessors=1)
-    check(y, a, w, None, "bfloat16")
+    if scale == 0.0:    # an all-zero row: s = 0, exact zeros
+        assert np.all(y == 0)
+    else:
+        check(y, a, w, None, "bfloat16")
+    if SIMULATED:
+        assert bool(calls) == half
 
 
 def test_bf16_m1_fp16_arithmetic_at_the_lm_head_configuration(rng):
@@ -307,7 +322,10 @@ def test_bf16_m1_rows_longer_than_the_stage_fold_in_float32(rng):
 
 def test_bf16_m1_stage_filled_by_every_warp_of_a_block(rng):
     # 4 warps (128 threads) fill the stage together; one column per group, 16 groups = 4 per warp.
+    # The row's largest values are the last 8 (staged by warp 1): every warp must use the
+    # block's scale, not its own.
     a, w, bias = make(rng, 16, 2 * 128 + 8, 128, True, 1, "bfloat16")
+    a = (a.astype(np.float64) * np.where(np.arange(2 * 128 + 8) >= 256, 64.0, 1.0)).astype(BF16)
     config = DefaultConfig("bfloat16", 1, 128, True, cols=1, lanes=32, unroll=1, warps=4,
                            blocks_per_sm=1, weight_vector=False)
     y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)

@@ -92,14 +92,18 @@ def test_prefetch_l1_is_a_hint_and_its_stand_in_checks_the_index(rng):
             _prefetch_kernel[1, 1](data, 300, out)
 
 @cuda.jit
-def _bf16_kernel(x, lo, hi, out):
+def _bf16_kernel(x, lo, hi, scales, out, factors):
     i = cuda.grid(1)
     if i < x.shape[0] // 4:
-        out[i, 0] = bf16.outside_half_range(x[4 * i])
+        out[i, 0] = bf16.magnitude_top(x[4 * i])
         out[i, 1] = pack_half2(lo[i], hi[i])
-        p = bf16.half_pairs(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3])
+        p = bf16.half_pairs(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3], scales[i])
         for k in range(4):
             out[i, 2 + k] = p[k]
+        ok, scale, unscale = bf16.row_scales(x[4 * i] & np.uint32(0x7FFF))
+        out[i, 6] = 1 if ok else 0
+        factors[i, 0] = scale
+        factors[i, 1] = unscale
 
 
 def _bf16_values(bits16):
@@ -107,30 +111,46 @@ def _bf16_values(bits16):
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
-def test_bf16_fp16_range_test_pack_half2_and_half_pairs_match_their_definitions(rng):
-    # The fp16 range of the bf16 M = 1 loop: a = 0 or 2**-14 <= |a| < 256 (bf16.py); its edges
-    # (each side of 2**-14 and 256, zero, subnormals, infinities, NaN) and random bits.
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+def test_bf16_row_scale_pack_half2_and_half_pairs_match_their_definitions(rng):
+    # The scaled fp16 fold of the bf16 M = 1 loop (bf16.py): the largest magnitude of a word, the
+    # row scale 2**s that puts it in [128, 256) (|s| <= MAX_SHIFT, else not ok: each edge of that
+    # range, zero, subnormals, infinities, NaN), and the scaled conversion; plus random bits.
+    lo_edge, hi_edge = (127 + 7 - bf16.MAX_SHIFT) << 7, (127 + 7 + bf16.MAX_SHIFT) << 7
     edges = [0x0000, 0x8000, 0x3880, 0xB880, 0x387F, 0x0001, 0x437F, 0xC37F, 0x4380, 0xC380,
-             0x7F80, 0xFF80, 0x7FC0, 0x3F80]
+             0x7F80, 0xFF80, 0x7FC0, 0x3F80, lo_edge, lo_edge - 1, hi_edge | 0x7F, hi_edge + 0x80]
     n = LANES
     h = rng.integers(0, 2**16, 8 * n, dtype=np.uint64).astype(np.uint16)
     h[:len(edges)] = edges
     h[len(edges):2 * len(edges)] = edges[::-1]
+    h[48::16] = rng.integers(lo_edge, hi_edge + 0x80, len(h[48::16]))   # more lanes in range
     x = h.view(np.uint32)                                    # 4 * n words, 2 bf16 each
     lo = rng.standard_normal(n).astype(np.float32) * np.float32(3e4)
     hi = (rng.integers(-2**11, 2**11, n) + 0.5).astype(np.float32)   # ties: nearest even
     lo[0], hi[0] = 7e4, 2.0 ** -25                           # overflow to inf, tie to zero
-    out = cuda.to_device(np.zeros((n, 6), np.uint32))
-    _bf16_kernel[1, LANES](cuda.to_device(x), cuda.to_device(lo), cuda.to_device(hi), out)
-    got = out.copy_to_host()
+    shifts = rng.integers(-bf16.MAX_SHIFT, bf16.MAX_SHIFT + 1, n)
+    shifts[:3] = (0, -bf16.MAX_SHIFT, bf16.MAX_SHIFT)
+    scales = np.ldexp(np.float32(1), shifts).astype(np.float32)
+    out = cuda.to_device(np.zeros((n, 7), np.uint32))
+    factors = cuda.to_device(np.zeros((n, 2), np.float32))
+    _bf16_kernel[1, LANES](cuda.to_device(x), cuda.to_device(lo), cuda.to_device(hi),
+                           cuda.to_device(scales), out, factors)
+    got, fac = out.copy_to_host(), factors.copy_to_host().astype(np.float64)
     v = _bf16_values(h).reshape(n, 4, 2)                     # v[i, k] = the two values of word k
     for i in range(n):
-        a = np.abs(v[i, 0])
-        inside = (a == 0) | ((a >= 2.0 ** -14) & (a < 256))  # NaN compares False: outside
-        assert (got[i, 0] == 0) == bool(inside.all()), (i, v[i, 0], hex(got[i, 0]))
+        w0 = int(x[4 * i])
+        assert got[i, 0] == max(w0 & 0x7FFF, (w0 >> 16) & 0x7FFF)
+        a = abs(v[i, 0, 0])                                  # the row_scales input: the low bf16
+        e = (w0 & 0x7FFF) >> 7
+        ok = a == 0 or abs(e - 134) <= bf16.MAX_SHIFT         # NaN and infinities: e = 255
+        assert got[i, 6] == ok, (i, a, e)
+        if ok and a > 0:
+            assert 128 <= a * fac[i, 0] < 256 and fac[i, 0] * fac[i, 1] == 1, (i, a, fac[i])
+        else:
+            assert list(fac[i]) == [1.0, 1.0], (i, a, fac[i])
         assert list(_halves(got[i, 1])) == [float(np.float16(np.float64(lo[i]))),
                                            float(np.float16(np.float64(hi[i])))]
-        e = v[i].reshape(-1)                                 # a0 .. a7
+        e = v[i].reshape(-1) * np.float64(scales[i])         # a0 .. a7, scaled (exact)
         pairs = [(e[0], e[4]), (e[1], e[5]), (e[2], e[6]), (e[3], e[7])]
         for k, (p, q) in enumerate(pairs):
             expect = np.array([p, q]).astype(np.float16).view(np.uint32)[0]

@@ -35,9 +35,9 @@ these pairs line up with activations as they lie in memory, so each row costs on
 ``fma.rn.f16x2`` per pair (fp16), or float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the re-paired dequant (no PRMT) and the
 activations re-paired once per chunk for all columns, about 2.6 instructions per element (fp16,
 SASS). fp16 sums 8 products per half in fp16, then float32; bf16 at M > 1 multiplies and
-accumulates in float32, at M = 1 it takes the fp16 arithmetic when every activation of the lane
-is in fp16's exact range (converted once per block into shared memory and tested there, in
-grids of several column groups per warp; else float32). Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
+accumulates in float32, at M = 1 it takes the fp16 arithmetic on the row scaled by a power of
+two (converted once per block into shared memory, in grids of several column groups per warp;
+else float32). Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
 
 Tails. A word (8 elements) past K gets zero activations (never loaded), so the padding nibbles
 of a last partial block add exactly 0; chunk indices past the column are clamped to a valid
@@ -86,7 +86,7 @@ def default_kernel(config: DefaultConfig):
     CHUNKS_PER_GROUP = max(1, BS // 32)
     SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1)
     RANGE_CHECK = SCALAR and not F16     # bf16 M = 1: fp16 arithmetic where the row allows it
-    STAGE = STAGE_WORDS if RANGE_CHECK else 1   # shared words for the converted activations
+    STAGE = STAGE_WORDS + WARPS if RANGE_CHECK else 1   # the converted activations (+ a word per warp)
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
@@ -145,8 +145,9 @@ def default_kernel(config: DefaultConfig):
     pays = cuda.jit(device=True, inline=True)(half_range_pays)
 
     @cuda.jit(device=True, inline=True)
-    def finish(acc, col0, s, N, bias, has_bias, out):
-        """Reduce each column over its lanes; the column's first lane writes M outputs."""
+    def finish(acc, col0, s, N, bias, has_bias, out, unscale):
+        """Reduce each column over its lanes; the column's first lane writes M outputs (bf16 at
+        M = 1: the sums times ``unscale``, undoing the staged row's scale)."""
         for m in range(M):
             for c in range(C):
                 v = acc[m, c]
@@ -159,7 +160,7 @@ def default_kernel(config: DefaultConfig):
                 if n < N:
                     b = to_float(bias[np.uint64(n)]) if has_bias else float32(0.0)
                     for m in range(M):
-                        y = acc[m, c] + b
+                        y = (acc[m, c] * unscale if RANGE_CHECK else acc[m, c]) + b
                         if F16:
                             out[np.uint64(m * N + n)] = y
                         else:
@@ -239,8 +240,9 @@ def default_kernel(config: DefaultConfig):
             if PDL:  # the first weights are in flight while the previous grid ends
                 wait_for_previous_grid()
             half = not RANGE_CHECK   # bf16: staged while the first loads are in flight
+            unscale = float32(1.0)
             if staged:
-                half = stage_fill(act, stage, nwords, nchunks)
+                half, unscale = stage_fill(act, stage, nwords, nchunks)
             while ga < groups:
                 gb, sb = (ga, sa + 1) if sa + 1 < steps else (ga + stride, 0)
                 if gb < groups:
@@ -248,7 +250,7 @@ def default_kernel(config: DefaultConfig):
                                nzb, row_bytes, raw_b, sv_b, zv_b)
                 fold_step(act, stage, sa, s, nwords, nchunks, K, raw, sv, zv, acc, half)
                 if sa + 1 == steps:
-                    finish(acc, ga * GROUP_COLS + p, s, N, bias, has_bias, out)
+                    finish(acc, ga * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
                 if gb >= groups:
                     break
                 ga, sa = (gb, sb + 1) if sb + 1 < steps else (gb + stride, 0)
@@ -257,10 +259,11 @@ def default_kernel(config: DefaultConfig):
                                nzb, row_bytes, raw, sv, zv)
                 fold_step(act, stage, sb, s, nwords, nchunks, K, raw_b, sv_b, zv_b, acc, half)
                 if sb + 1 == steps:
-                    finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out)
+                    finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
             return
         waited = not PDL
         half = not RANGE_CHECK        # bf16: set by the first step, after the wait
+        unscale = float32(1.0)
         checked = not staged
         while g < groups:
             for st in range(steps):
@@ -270,10 +273,10 @@ def default_kernel(config: DefaultConfig):
                     wait_for_previous_grid()
                     waited = True
                 if not checked:  # bf16: staged while those loads fly (every warp gets here)
-                    half = stage_fill(act, stage, nwords, nchunks)
+                    half, unscale = stage_fill(act, stage, nwords, nchunks)
                     checked = True
                 fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, half)
-            finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out)
+            finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
             g += stride
         if not waited:  # a warp with no column group still orders itself after the previous grid
             wait_for_previous_grid()

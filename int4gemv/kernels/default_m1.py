@@ -8,14 +8,15 @@ byte permute: ``(w & 0x000F000F) | 0x64006400`` already lines up with ``(a0, a4)
 4 HFMA2 (exact ``q - zp`` pairs) and 4 HFMA2 (products); each half sums 8 products (two words)
 in fp16 before float32, as the M > 1 fold does.
 
-bf16 takes the same fp16 arithmetic when every activation is in the range where a bf16 value is
-an fp16 value and 8 products cannot overflow fp16 (:mod:`.bf16`: ``a = 0`` or
-``2**-14 <= |a| < 256``), in grids of at least :data:`HALF_MIN_GROUPS` column groups per warp and
-K <= :data:`STAGE_MAX_K`: each block converts the whole activation row once into the re-paired
-fp16 words (8 shifts/masks and 4 ``cvt.rn.f16x2.f32`` per 8 activations) in shared memory and
-tests it (``syncthreads_or``: one answer per block); every step then reads its words there
-(:func:`stage_activations`), so a bf16 word costs what an fp16 word costs, less fp16's PRMT.
-Otherwise bf16 folds in float32: the exact fp16 pairs converted to float32 (one HADD2.F32 per
+bf16 takes the same fp16 arithmetic on its row scaled by a power of two (:mod:`.bf16`: the
+largest ``|a|`` lands in ``[128, 256)``, the results are scaled back in float32), in grids of at
+least :data:`HALF_MIN_GROUPS` column groups per warp and K <= :data:`STAGE_MAX_K`: each block finds
+the row's largest magnitude, then converts the whole row once into the re-paired, scaled fp16
+words (8 shifts/masks, 8 FMUL and 4 ``cvt.rn.f16x2.f32`` per 8 activations) in shared memory; every
+step then reads its words there (:func:`stage_activations`), so a bf16 word costs what an fp16
+word costs, less fp16's PRMT. A row outside the scale's range (:data:`.bf16.MAX_SHIFT`, NaN and
+infinities included) and every other bf16 M = 1 grid fold in float32 instead:
+the exact fp16 pairs converted to float32 (one HADD2.F32 per
 element) times the activations' float32 values in FFMA.
 """
 
@@ -26,7 +27,7 @@ from numba import cuda, float32
 
 from . import bf16
 from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point_constants
-from .intrinsics import half2_sum
+from .intrinsics import half2_sum, shfl_xor
 from .nibble_pairs import half_high, half_low
 
 __all__ = ["scalar_fold", "stage_activations", "half_range_pays", "HALF_MIN_GROUPS",
@@ -58,25 +59,42 @@ def half_range_pays(groups, stride):
 
 
 def stage_activations(config, load_act):
-    """``fill(act, stage, nwords, nchunks) -> bool``: the block converts the bf16 activation row
-    (``load_act`` as in :func:`scalar_fold`; words past K as zeros) into re-paired fp16 words,
-    chunk ``j``'s 16 at ``stage[CHUNK_STRIDE * j + 4 * q + e]`` (``q``: its 8-element group), and
-    returns, to every thread of the block, whether every activation is in the fp16 range of
-    :mod:`.bf16`. Every thread of the block must call it (a barrier); K <= :data:`STAGE_MAX_K`."""
-    THREADS = 32 * config.warps
+    """``fill(act, stage, nwords, nchunks) -> (half, unscale)``: the block converts the bf16
+    activation row (``load_act`` as in :func:`scalar_fold`; words past K as zeros), scaled by the
+    row's power of two (:func:`.bf16.row_scales`), into re-paired fp16 words, chunk ``j``'s 16 at
+    ``stage[CHUNK_STRIDE * j + 4 * q + e]`` (``q``: its 8-element group), and returns, to every
+    thread of the block, whether the row takes the fp16 arithmetic and the float32 factor
+    (``2**-s``; 1 where not) that undoes the scale. Two passes over the row: its largest
+    magnitude (each warp's by shuffles, the block's through ``stage[STAGE_WORDS + warp]``),
+    then the conversion. Every thread of the block must call it (two barriers); K <=
+    :data:`STAGE_MAX_K`; ``stage`` holds ``STAGE_WORDS + warps`` words."""
+    THREADS, WARPS = 32 * config.warps, config.warps
 
     @cuda.jit(device=True, inline=True)
     def fill(act, stage, nwords, nchunks):
-        bad = _U0
+        top = _U0
         for i in range(cuda.threadIdx.x, 4 * nchunks, THREADS):
             j, q = i // 4, i % 4
             x = load_act(act, 32 * j + 8 * q, 4 * j + q < nwords)
             for e in range(4):
-                bad |= bf16.outside_half_range(x[e])
-            w = bf16.half_pairs(x[0], x[1], x[2], x[3])
-            for e in range(4):
-                stage[CHUNK_STRIDE * j + 4 * q + e] = w[e]
-        return cuda.syncthreads_or(np.int32(bad != _U0)) == 0
+                top = max(top, bf16.magnitude_top(x[e]))
+        for r in range(5):
+            top = max(top, shfl_xor(top, np.uint32(16 >> r)))
+        if cuda.threadIdx.x % 32 == 0:
+            stage[STAGE_WORDS + cuda.threadIdx.x // 32] = top
+        cuda.syncthreads()
+        for k in range(WARPS):
+            top = max(top, stage[STAGE_WORDS + k])
+        half, scale, unscale = bf16.row_scales(top)
+        if half:
+            for i in range(cuda.threadIdx.x, 4 * nchunks, THREADS):
+                j, q = i // 4, i % 4
+                x = load_act(act, 32 * j + 8 * q, 4 * j + q < nwords)
+                w = bf16.half_pairs(x[0], x[1], x[2], x[3], scale)
+                for e in range(4):
+                    stage[CHUNK_STRIDE * j + 4 * q + e] = w[e]
+        cuda.syncthreads()
+        return half, unscale
 
     return fill
 
