@@ -112,6 +112,8 @@ def _bf16_values(bits16):
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:overflow encountered in scalar multiply:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered in scalar multiply:RuntimeWarning")
 def test_bf16_row_scale_pack_half2_and_half_pairs_match_their_definitions(rng):
     # The scaled fp16 fold of the bf16 M = 1 loop (bf16.py): the largest magnitude of a word, the
     # row scale 2**s that puts it in [128, 256) (|s| <= MAX_SHIFT, else not ok: each edge of that
