@@ -72,20 +72,20 @@ def stage_activations(config, load_act):
 
     @cuda.jit(device=True, inline=True)
     def fill(act, stage, nwords, nchunks):
-        top = _U0
+        top = np.int32(0)        # magnitude bits (<= 0x7FFF); int32: what shuffles take
         for i in range(cuda.threadIdx.x, 4 * nchunks, THREADS):
             j, q = i // 4, i % 4
             x = load_act(act, 32 * j + 8 * q, 4 * j + q < nwords)
             for e in range(4):
-                top = max(top, bf16.magnitude_top(x[e]))
+                top = max(top, np.int32(bf16.magnitude_top(x[e])))
         for r in range(5):
             top = max(top, shfl_xor(top, np.uint32(16 >> r)))
         if cuda.threadIdx.x % 32 == 0:
-            stage[STAGE_WORDS + cuda.threadIdx.x // 32] = top
+            stage[STAGE_WORDS + cuda.threadIdx.x // 32] = np.uint32(top)
         cuda.syncthreads()
         for k in range(WARPS):
-            top = max(top, stage[STAGE_WORDS + k])
-        half, scale, unscale = bf16.row_scales(top)
+            top = max(top, np.int32(stage[STAGE_WORDS + k]))
+        half, scale, unscale = bf16.row_scales(np.uint32(top))
         if half:
             for i in range(cuda.threadIdx.x, 4 * nchunks, THREADS):
                 j, q = i // 4, i % 4
