@@ -39,7 +39,7 @@ def main():
     a = torch.from_numpy(np.random.default_rng(0).standard_normal(2048).astype(np.float16)).cuda()
     out = torch.empty(2048, dtype=torch.float16, device="cuda")
     env = {"reader": call_key_reader(a), "a": a, "out": out}
-    stmt = "reader(a, out, None)"
+    stmt = "reader(a, out, None, None, 0)"
     print(f"{stmt:70} {_ns(stmt, env, 100_000):7.1f} ns")
 
 

@@ -94,10 +94,10 @@ def gemv(a, w, *, bias=None, out=None, stream=None, tuning=None, variant=None, p
                 key = tuning
         if key is not None:
             try:
-                arrays = (CALL_KEY_READERS.get(a.__class__) or call_key_reader(a))(a, out, bias)
+                key = (CALL_KEY_READERS.get(a.__class__) or call_key_reader(a))(
+                    a, out, bias, key, id(w))
             except Exception:
-                arrays = None
-            key = None if arrays is None else (key, id(w), arrays)
+                key = None
             hit = None if key is None else LAUNCHES.get(key)
             if hit is not None:
                 if hit[1]:

@@ -121,23 +121,26 @@ def _real_torch(x):
 KEY_READERS = {}
 
 
-def call_key(a, out, bias=None):
-    """The key of a device call's arrays: what :func:`array_key` reads of ``a``, ``out`` and
-    ``bias`` (``None`` when not given), as one tuple; ``None`` if any given array has no key.
-    Equal call keys mean equal :func:`array_key` of each array. Read through the reader of
-    ``a``'s class (:func:`call_key_reader`), as the eager hot path does."""
+def call_key(a, out, bias=None, tuning_key=None, weight_id=None):
+    """The launch cache's key of a device call (see :data:`int4gemv.pipeline.LAUNCHES`): the
+    caller's ``tuning_key`` and ``weight_id``, then what :func:`array_key` reads of ``a``,
+    ``out`` and ``bias`` (``None`` when not given), as one flat tuple; ``None`` if any given
+    array has no key. Equal call keys mean equal arguments ``tuning_key``, ``weight_id`` and
+    equal :func:`array_key` of each array. Read through the reader of ``a``'s class
+    (:func:`call_key_reader`), as the eager hot path does."""
     try:
-        return call_key_reader(a)(a, out, bias)
+        return call_key_reader(a)(a, out, bias, tuning_key, weight_id)
     except Exception:
         return None
 
 
 def call_key_reader(a):
-    """``reader(a, out, bias)``, the function that reads :func:`call_key` for calls whose ``a`` has
-    ``a``'s class, decided once per class and kept in :data:`CALL_KEY_READERS`. It may raise on
-    an object it cannot read (:func:`call_key` turns that into ``None``). A torch tensor's
-    reader reads ``a`` and ``out`` of the same class in one Python call (the eager case: each
-    Python call costs about 0.1 µs); any other call is read array by array."""
+    """``reader(a, out, bias, tuning_key, weight_id)``, the function that reads :func:`call_key`
+    for calls whose ``a`` has ``a``'s class, decided once per class and kept in
+    :data:`CALL_KEY_READERS`. It may raise on an object it cannot read (:func:`call_key` turns
+    that into ``None``). A torch tensor's reader reads ``a`` and ``out`` (and ``bias``) of the
+    same class in one Python call and builds the key as one tuple (the eager case: each Python
+    call or tuple costs about 0.1 µs there); any other call is read array by array."""
     reader = CALL_KEY_READERS.get(a.__class__)
     if reader is None:
         keyer = key_reader(a)
@@ -147,27 +150,28 @@ def call_key_reader(a):
     return reader
 
 
-def _each_key(a, out, bias):
+def _each_key(a, out, bias, tuning_key, weight_id):
     ka, kout = array_key(a), array_key(out)
     kb = None if bias is None else array_key(bias)
     if ka is None or kout is None or (kb is None and bias is not None):
         return None
-    return (ka, kout, kb)
+    return (tuning_key, weight_id, ka, kout, kb)
 
 
-def _no_call_key(a, out, bias):
+def _no_call_key(a, out, bias, tuning_key, weight_id):
     return None
 
 
 def _torch_call_reader(cls):
     """The call key reader of torch tensor class ``cls``: with ``out`` (and ``bias``) of the same
-    class, the fields of :func:`_torch_reader`'s key of each, flat, in one call."""
+    class, ``(tuning_key, weight_id, cls)`` and the other fields of :func:`_torch_reader`'s key
+    of each array, flat, in one call."""
     data_ptr, is_contiguous = cls.data_ptr, cls.is_contiguous
 
-    def torch_call_key(a, out, bias):
+    def torch_call_key(a, out, bias, tuning_key, weight_id):
         if out.__class__ is not cls or (bias is not None and bias.__class__ is not cls):
-            return _each_key(a, out, bias)
-        key = (cls, data_ptr(a), a.shape, is_contiguous(a), a.dtype,
+            return _each_key(a, out, bias, tuning_key, weight_id)
+        key = (tuning_key, weight_id, cls, data_ptr(a), a.shape, is_contiguous(a), a.dtype,
                data_ptr(out), out.shape, is_contiguous(out), out.dtype)
         if bias is None:
             return key

@@ -44,16 +44,17 @@ __all__ = ["Call", "validate", "plan", "bind", "run_host", "check_options", "emi
 
 #: Bound launches kept by the launch cache (least recently stored dropped first).
 MAX_LAUNCHES = 256
-#: The launch cache: launch key -> ``(bound launch, warnings, tuning)``, oldest first. A launch key is ``(how, id(w), call key)``: ``how`` is the tuning as given (a
-#: :class:`~.tuning.Tuning` by identity, since hashing one is a Python call; its entry keeps it
-#: alive, so the identity cannot be reused while the entry exists; a variant string as given;
-#: with ``tuning=None``, ``(variant, pdl, prefetch, environment)``, the environment being the
-#: call's :func:`~.tuning.read_environment` snapshot, so a change of a variable applies to the
-#: next call), the weight's identity and the arrays' :func:`~.array_keys.call_key`, read
-#: afresh. A weight's entries are dropped when it dies (a ``weakref.finalize`` per weight,
-#: :func:`remember`), before its identity can be reused, so a hit needs no weakref check. :func:`int4gemv.gemv` reads it inline (each
-#: Python call on the eager path costs about 0.1 µs) and stores its misses with
-#: :func:`remember`.
+#: The launch cache: launch key -> ``(bound launch, warnings, tuning)``, oldest first. A launch
+#: key is :func:`~.array_keys.call_key` ``(a, out, bias, how, id(w))``, one flat tuple: ``how``
+#: is the tuning as given (a :class:`~.tuning.Tuning` by identity, since hashing one is a
+#: Python call; its entry keeps it alive, so the identity cannot be reused while the entry
+#: exists; a variant string as given; with ``tuning=None``, ``(variant, pdl, prefetch,
+#: environment)``, the environment being the call's :func:`~.tuning.read_environment`
+#: snapshot, so a change of a variable applies to the next call), then the weight's identity
+#: and what the arrays' keys are made of, read afresh. A weight's entries are dropped when it
+#: dies (a ``weakref.finalize`` per weight, :func:`remember`), before its identity can be
+#: reused, so a hit needs no weakref check. :func:`int4gemv.gemv` reads it inline (each Python
+#: call on the eager path costs about 0.1 µs) and stores its misses with :func:`remember`.
 LAUNCHES = {}
 
 

@@ -228,20 +228,22 @@ def test_a_torch_call_key_reads_every_field_of_every_array():
     Tensor = _lookalike_torch()
     a, out, bias = Tensor(1 << 20, (64,)), Tensor(2 << 20, (8,)), Tensor(3 << 20, (8,))
     for args in ((a, out, None), (a, out, bias)):
-        base = call_key(*args)
-        assert base is not None and base[0] is Tensor
+        base = call_key(*args, "how", 7)
+        assert base is not None and base[:3] == ("how", 7, Tensor)
         for x in args[:2] + ((bias,) if args[2] is not None else ()):
             for field, other in (("ptr", 4 << 20), ("shape", (16,)), ("contiguous", False),
                                  ("dtype", "torch.bfloat16")):
                 saved = getattr(x, field)
                 setattr(x, field, other)
-                assert call_key(*args) != base, field
+                assert call_key(*args, "how", 7) != base, field
                 setattr(x, field, saved)
-        assert call_key(*args) == base
+        assert call_key(*args, "how", 7) == base
+        assert call_key(*args, "other", 7) != base and call_key(*args, "how", 8) != base
     assert call_key(a, out) != call_key(a, out, bias)
-    assert call_key(a, out, bias)[:9] == call_key(a, out)
+    assert call_key(a, out, bias)[:11] == call_key(a, out)
     numba_out = cuda.device_array(8, np.float16)    # another class: read array by array
-    assert call_key(a, numba_out) == (array_key(a), array_key(numba_out), None)
+    assert call_key(a, numba_out, None, "how", 7) == ("how", 7, array_key(a), array_key(numba_out),
+                                                      None)
     assert call_key(np.zeros(64, np.float16), out) is None
     assert call_key(a, out, "not an array") is None
 
