@@ -146,13 +146,18 @@ def call_key_reader(a):
         keyer = key_reader(a)
         reader = CALL_KEY_READERS[a.__class__] = (
             _no_call_key if keyer is _no_key else
+            _numba_call_reader(a.__class__) if keyer is _numba_key else
             _torch_call_reader(a.__class__) if _real_torch(a) else _each_key)
     return reader
 
 
 def _each_key(a, out, bias, tuning_key, weight_id):
-    ka, kout = array_key(a), array_key(out)
-    kb = None if bias is None else array_key(bias)
+    """Array by array, each through its class's reader (:data:`KEY_READERS`, read directly:
+    :func:`array_key` and :func:`key_reader` would be two more Python calls per array)."""
+    readers = KEY_READERS
+    ka = (readers.get(a.__class__) or key_reader(a))(a)
+    kout = (readers.get(out.__class__) or key_reader(out))(out)
+    kb = None if bias is None else (readers.get(bias.__class__) or key_reader(bias))(bias)
     if ka is None or kout is None or (kb is None and bias is not None):
         return None
     return (tuning_key, weight_id, ka, kout, kb)
@@ -160,6 +165,17 @@ def _each_key(a, out, bias, tuning_key, weight_id):
 
 def _no_call_key(a, out, bias, tuning_key, weight_id):
     return None
+
+
+def _numba_call_reader(cls):
+    """The call key reader of Numba device array class ``cls``: with ``out`` of the same class
+    and no ``bias`` (the eager case), each array's :func:`_numba_key` directly."""
+
+    def numba_call_key(a, out, bias, tuning_key, weight_id):
+        if out.__class__ is not cls or bias is not None:
+            return _each_key(a, out, bias, tuning_key, weight_id)
+        return (tuning_key, weight_id, _numba_key(a), _numba_key(out))
+    return numba_call_key
 
 
 def _torch_call_reader(cls):

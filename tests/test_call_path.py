@@ -248,6 +248,30 @@ def test_a_torch_call_key_reads_every_field_of_every_array():
     assert call_key(a, out, "not an array") is None
 
 
+def test_a_numba_call_key_reads_each_array_once_per_live_object():
+    """The Numba call reader (chosen on a GPU, tested here on stand-ins with ``gpu_data``): ``a``
+    and ``out`` through their kept per-object keys; a bias or another class, array by array."""
+    from int4gemv import array_keys
+
+    class DeviceArray:
+        def __init__(self, ptr, shape):
+            self.dtype, self.shape, self.strides = np.dtype(np.float16), shape, (2,)
+            self.gpu_data = types.SimpleNamespace(device_pointer=ptr)
+            self._ary = np.zeros(shape, np.float16)   # what the simulator's reader looks at
+
+        def copy_to_host(self):
+            raise AssertionError("a key read never copies")
+    reader = array_keys._numba_call_reader(DeviceArray)
+    a, out, out2 = DeviceArray(1 << 20, (64,)), DeviceArray(2 << 20, (8,)), DeviceArray(3 << 20, (8,))
+    key = reader(a, out, None, "how", 7)
+    assert key == ("how", 7, array_keys._numba_key(a), array_keys._numba_key(out))
+    assert key[2][-1] == 1 << 20 and key[3][-1] == 2 << 20
+    assert reader(a, out2, None, "how", 7) != key and reader(out, a, None, "how", 7) != key
+    bias = DeviceArray(4 << 20, (8,))
+    assert reader(a, out, bias, "how", 7) == ("how", 7, array_key(a), array_key(out), array_key(bias))
+    assert reader(a, cuda.device_array(8, np.float16), None, "how", 7)[2] == array_key(a)
+
+
 def test_keys_of_things_that_are_not_device_arrays_are_none():
     assert array_key(None) is None and array_key(np.zeros(3, np.float16)) is None
     assert array_key("abc") is None and array_key([1.0]) is None
