@@ -8,6 +8,7 @@ so anything the wheel forgot to ship (a module, the workload JSON, the autotune 
 Marked ``slow`` (about half a minute); CI runs it.
 """
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -59,7 +60,12 @@ def newcomer(tmp_path_factory):
     # Dependencies resolve as they do here (PYTHONPATH entries such as a carried numpy first, then
     # site-packages), but nothing of the checkout is visible.
     deps = [p for p in sys.path if p and Path(p).is_dir() and ROOT not in (Path(p).resolve(), *Path(p).resolve().parents)]
-    (site / "zz_ci_dependencies.pth").write_text("\n".join(dict.fromkeys(deps + [sysconfig.get_paths()["purelib"]])) + "\n")
+    lines = list(dict.fromkeys(deps + [sysconfig.get_paths()["purelib"]]))
+    if importlib.util.find_spec("_numba_cuda_redirector") is not None:
+        # numba-cuda's own .pth makes ``numba.cuda`` its package (not numba's bundled, older
+        # one); a path added by a .pth line has its .pth files skipped, so run that line here too.
+        lines.append("import _numba_cuda_redirector")
+    (site / "zz_ci_dependencies.pth").write_text("\n".join(lines) + "\n")
     home = tmp / "home"
     home.mkdir()
     # Caches of other software (the NVIDIA driver's JIT cache, which a GPU host's driver creates
