@@ -87,6 +87,7 @@ def default_kernel(config: DefaultConfig):
     SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1)
     RANGE_CHECK = SCALAR and not F16     # bf16 M = 1: fp16 arithmetic where the row allows it
     STAGE = STAGE_WORDS + WARPS if RANGE_CHECK else 1   # the converted activations (+ a word per warp)
+    STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
@@ -217,7 +218,7 @@ def default_kernel(config: DefaultConfig):
         sv = cuda.local.array((C, U, H), float32)
         zv = cuda.local.array((C, U, H), np.uint32)
         acc = cuda.local.array((M, C), float32)
-        stage = cuda.shared.array(STAGE, np.uint32)
+        stage = cuda.shared.array(STAGE, np.uint32, alignment=STAGE_ALIGN)
         # bf16 at M = 1 (grid-uniform: every warp has column groups, so every thread of a block
         # reaches stage_fill's barrier): the activations staged as fp16 words, tested per block
         staged = RANGE_CHECK and pays(groups, stride) and K <= STAGE_MAX_K

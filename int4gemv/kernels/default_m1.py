@@ -45,10 +45,13 @@ HALF_MIN_GROUPS = 4
 #: The longest activation row staged in shared memory (hidden sizes up to 4096; longer rows fold
 #: in float32).
 STAGE_MAX_K = 4096
-#: Words between two chunks' 16 staged words: 17, so that the 32 lanes of a warp, reading chunks
-#: ``s, s + 1, ...`` (stride 17 words), hit 32 different banks (16 would give 2).
-CHUNK_STRIDE = 17
-#: The stage's size in uint32 words: 8.5 KB per block.
+#: Words between two chunks' 16 staged words: 20, a multiple of 4, so that a group's 4 words are
+#: 16-byte aligned and read with one ``LDS.128`` (the stage is allocated 16-byte aligned on the
+#: GPU), and the 8 lanes of a quarter-warp, reading chunks ``s .. s + 7``, start at banks
+#: ``20 s mod 32`` = 0, 20, 8, 28, 16, 4, 24, 12: 32 different banks, no conflict. (17, the
+#: stride for scalar reads, left odd chunks unaligned: 4 ``LDS`` and their address math per group.)
+CHUNK_STRIDE = 20
+#: The stage's size in uint32 words: 10 KB per block.
 STAGE_WORDS = STAGE_MAX_K // 32 * CHUNK_STRIDE
 
 
