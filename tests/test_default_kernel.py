@@ -23,7 +23,7 @@ from numba import cuda
 import int4gemv as ig
 from int4gemv.device import simulated
 from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
-from int4gemv.kernels.default_m1 import STAGE_MAX_K, half_range_pays
+from int4gemv.kernels.default_m1 import CHUNK_STRIDE, STAGE_MAX_K, half_range_pays
 
 BF16 = ml_dtypes.bfloat16
 SIMULATED = simulated()
@@ -330,3 +330,15 @@ def test_bf16_m1_stage_filled_by_every_warp_of_a_block(rng):
                            blocks_per_sm=1, weight_vector=False)
     y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
     check(y, a, w, bias, "bfloat16")
+
+
+def test_bf16_m1_stage_layout_reads_each_group_as_one_conflict_free_lds128():
+    """A lane reads its chunk's 4-word groups with one 16-byte ``LDS.128`` each: every group
+    starts at a multiple of 4 words, and the 8 lanes of a quarter-warp (one LDS.128 wavefront),
+    reading chunks ``s .. s + 7``, cover 32 different banks (pure layout arithmetic)."""
+    for s in range(32):
+        for q in range(4):
+            starts = [CHUNK_STRIDE * (s + i) + 4 * q for i in range(8)]
+            assert all(b % 4 == 0 for b in starts)
+            banks = {(b + e) % 32 for b in starts for e in range(4)}
+            assert len(banks) == 32, (s, q, sorted(banks))
