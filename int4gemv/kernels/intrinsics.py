@@ -74,7 +74,11 @@ if SIMULATED:
         """No-op: the simulator runs launches one after another."""
 
     def prefetch_l2(array, first, count):
-        """No-op: the simulator has no cache."""
+        """No-op (the simulator has no cache), but the range must lie inside ``array`` as on the
+        GPU, where a prefetch past the allocation may touch unmapped memory."""
+        if not (0 <= first and 0 < count and first + count <= array.shape[0]):
+            raise IndexError(f"prefetch_l2 of elements {first} .. {first + count} outside an array of "
+                             f"{array.shape[0]}")
 
     def _shuffle(value, source):
         me = threading.current_thread()
