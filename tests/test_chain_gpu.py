@@ -78,7 +78,9 @@ STREAMED = {k: ig.Tuning("single_warp", cols=4, unroll=4, activations="streaming
     (True, "auto+pdl", None, None, 0), (False, "auto+pdl", None, None, 0),
     (True, "single_warp+pdl", None, None, 0), (False, "single_warp+pdl", None, None, 0),
     (True, "single_warp+pdl", STREAMED, None, 0), (True, "single_warp+pdl", STREAMED, SplitK(4, 4, 4), 0),
-    (True, "single_warp+pdl", STREAMED, SplitK(4, 4, 4), 2), (False, "auto+pdl", None, None, 1)])
+    (True, "single_warp+pdl", STREAMED, SplitK(4, 4, 4), 2), (False, "auto+pdl", None, None, 1)],
+    ids=["merged-auto", "separate-auto", "merged-sw", "separate-sw", "merged-streamed", "merged-split",
+         "merged-split-look2", "separate-auto-look1"])
 def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, merged, tuning, kinds, split, look):
     """``split``: the split-K down kernel with silu·mul fused (its programmatic early loads);
     ``look``: the L2 lookahead's side branch (forked and joined in the graph and eagerly)."""
