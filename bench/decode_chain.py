@@ -130,8 +130,7 @@ def _timeline(chain, layers, lm_head, provider, graph_id, x, copy_bw, args) -> d
     stamped = DecodeChain(layers, lm_head, merged=chain.merged, tuning=chain.tuning,
                           blocks_per_sm=chain.blocks_per_sm, silu_pdl=chain.silu_pdl,
                           kind_tunings=chain.kind_tunings, down_split=chain.down_split,
-                          fuse_silu=chain.fuse_silu, lookahead=chain.lookahead,
-                          lookahead_bytes=chain.lookahead_bytes, timeline=True)
+                          fuse_silu=chain.fuse_silu, timeline=True)
     t = measure_timeline(stamped, provider, graph_id, x, copy_bw)
     g = stamped.capture(provider, graph_id, x)
     try:
@@ -251,7 +250,7 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, required=True, help="folder for the JSON results")
     p.add_argument("--workload", type=Path, default=WORKLOAD, help="workload JSON (model shapes)")
     p.add_argument("--configs", nargs="+", help="layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]]"
-                   "[:down=CxUkP][:look=D[:lookmb=M]] (overrides the next two)")
+                   "[:down=CxUkP] (overrides the next two)")
     p.add_argument("--tunings", nargs="+", default=list(TUNINGS[:6]), choices=TUNINGS)
     p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     p.add_argument("--layers", type=int, help="layers (default: the workload's)")

@@ -1,11 +1,9 @@
-"""The decode-chain bench's configurations: ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP][:look=D[:lookmb=M]]``.
+"""The decode-chain bench's configurations: ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP]``.
 
 ``bps``: grid cap in blocks per SM; ``silu``: silu·mul as a programmatic launch or not (default
 as the tuning), or ``fused`` into the split-K down kernel; ``KIND=CxU``: that GEMV kind on the
 single-warp kernel at that shape (``s``/``r``: streamed or register activations); ``down=CxUkP``:
-the split-K down kernel, ``P`` column warps per K chunk; ``look=D``: the L2 lookahead, each GEMV's
-weights prefetched while the ``D`` GEMVs before it run, at most ``lookmb=M`` MB of one weight.
-Pure functions: no GPU work.
+the split-K down kernel, ``P`` column warps per K chunk. Pure functions: no GPU work.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ def parse_config(text: str) -> dict:
         raise ValueError(f"configuration {text!r}: expected layout:tuning with layout in {LAYOUTS} "
                          f"and tuning in {TUNINGS}")
     cfg = dict(layout=layout, tuning=tuning, blocks_per_sm=None, silu_pdl=None, kind_tunings={}, label=tuning,
-               down_split=None, fuse_silu=False, lookahead=0, lookahead_mb=None)
+               down_split=None, fuse_silu=False)
     for e in extras:
         key, _, value = e.partition("=")
         shape = re.fullmatch(r"(\d+)x(\d+)([sr]?)", value)
@@ -40,8 +38,6 @@ def parse_config(text: str) -> dict:
             cfg["blocks_per_sm"] = int(value)
         elif key == "silu" and value in ("pdl", "plain"):
             cfg["silu_pdl"] = value == "pdl"
-        elif key in ("look", "lookmb") and value.isdigit() and int(value) > 0:
-            cfg["lookahead" if key == "look" else "lookahead_mb"] = int(value)
         elif key == "silu" and value == "fused":
             cfg["fuse_silu"] = True
         elif key == "down" and split:
@@ -51,12 +47,10 @@ def parse_config(text: str) -> dict:
                                             activations={"s": "streaming", "r": "registers"}.get(shape[3]))
         else:
             raise ValueError(f"configuration {text!r}: unknown option {e!r} (bps=N, silu=pdl|plain|fused, "
-                             f"KIND=CxU[s|r] with KIND in {GEMV_KINDS}, down=CxUkP, look=D, lookmb=M)")
+                             f"KIND=CxU[s|r] with KIND in {GEMV_KINDS}, down=CxUkP)")
         cfg["label"] += f" {e}"
     if cfg["fuse_silu"] and cfg["down_split"] is None:
         raise ValueError(f"configuration {text!r}: silu=fused needs down=CxUkP (the split-K down kernel)")
-    if cfg["lookahead_mb"] is not None and not cfg["lookahead"]:
-        raise ValueError(f"configuration {text!r}: lookmb=M needs look=D (the L2 lookahead)")
     return cfg
 
 
@@ -74,10 +68,7 @@ def kind_tunings(cfg) -> dict:
 def chain_options(cfg) -> dict:
     """The :class:`~int4gemv.decode.DecodeChain` keywords of a parsed configuration."""
     from int4gemv.decode import SplitK
-    from int4gemv.decode.lookahead import LIMIT_BYTES
 
-    mb = cfg.get("lookahead_mb")
-    return dict(lookahead=cfg.get("lookahead", 0), lookahead_bytes=LIMIT_BYTES if mb is None else mb << 20,
-                merged=cfg["layout"] == "merged", tuning=cfg["tuning"], blocks_per_sm=cfg["blocks_per_sm"],
+    return dict(merged=cfg["layout"] == "merged", tuning=cfg["tuning"], blocks_per_sm=cfg["blocks_per_sm"],
                 silu_pdl=cfg["silu_pdl"], kind_tunings=kind_tunings(cfg), fuse_silu=cfg["fuse_silu"],
                 down_split=None if cfg["down_split"] is None else SplitK(**cfg["down_split"]))

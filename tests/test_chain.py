@@ -217,15 +217,13 @@ def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_cha
                                                                    sim_provider):
     """The merged layout, every launch programmatic (silu·mul too), each grid capped at one
     block (one simulated SM: a single warp walks every column group), the down projections on
-    their own tuning, stamped, with the L2 lookahead's side branch: its eager step against
-    float64 and its timeline, then the same chain captured into an owned graph, replayed with a
-    new input and released."""
+    their own tuning, stamped: its eager step against float64 and its timeline, then the same
+    chain captured into an owned graph, replayed with a new input and released."""
     sim, provider = sim_provider
     down = ig.Tuning("single_warp", cols=16, unroll=1, activations="streaming", pdl=True)
     chain = DecodeChain(*tiny_chain, merged=True, tuning="single_warp+pdl", blocks_per_sm=1,
-                        timeline=True, kind_tunings={"down": down}, lookahead=2)
+                        timeline=True, kind_tunings={"down": down})
     assert chain.launches == 11 and all(p.kernel == "single_warp" for p in chain.plans())
-    assert len(chain.lookahead_plan) == 2 * 9  # words and scales of each of the 9 GEMVs
     # the down projections run their own tuning (K = 32 would keep registers)
     assert [p.config.activations for p in chain.plans()] == ["registers"] * 3 + ["streaming"] + \
         ["registers"] * 3 + ["streaming", "registers"]

@@ -9,7 +9,7 @@ from numba import config, cuda
 
 from int4gemv.kernels import bf16
 from int4gemv.kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, pair_words, zero_point_constants
-from int4gemv.kernels.intrinsics import and_or, pack_half2
+from int4gemv.kernels.intrinsics import and_or, pack_half2, prefetch_l2
 from int4gemv.kernels.vector_loads import load4, load8, load16, prefetch_l1
 
 LANES = 32
@@ -90,6 +90,27 @@ def test_prefetch_l1_is_a_hint_and_its_stand_in_checks_the_index(rng):
     if config.ENABLE_CUDASIM:   # the stand-in reads the element: a missing kernel guard fails here
         with pytest.raises(IndexError):
             _prefetch_kernel[1, 1](data, 300, out)
+
+
+@cuda.jit
+def _prefetch_l2_kernel(data, first, count, out):
+    """Bulk-prefetch elements ``first .. first + count`` into L2, then read ``data[first]``."""
+    prefetch_l2(data, np.uint64(first), np.uint64(count))
+    out[0] = data[first]
+
+
+def test_prefetch_l2_is_a_hint_and_its_stand_in_checks_the_range(rng):
+    """On the GPU a bulk prefetch past the allocation may touch unmapped memory, so the
+    simulator's stand-in refuses any range outside the array (a kernel's off-by-one fails in CI)."""
+    data = cuda.to_device(rng.integers(0, 2**31, 300).astype(np.uint32))
+    out = cuda.to_device(np.zeros(1, np.uint32))
+    for first, count in ((0, 300), (299, 1), (17, 64)):
+        _prefetch_l2_kernel[1, 1](data, first, count, out)
+        assert out.copy_to_host()[0] == data.copy_to_host()[first]
+    if config.ENABLE_CUDASIM:
+        for first, count in ((0, 301), (299, 2), (10, 0)):
+            with pytest.raises(IndexError, match="outside"):
+                _prefetch_l2_kernel[1, 1](data, first, count, out)
 
 @cuda.jit
 def _bf16_kernel(x, lo, hi, scales, out, factors):

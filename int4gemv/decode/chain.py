@@ -28,10 +28,9 @@ import numpy as np
 from numba import cuda
 
 from ..backend import require_gpu
-from ..device import device_facts, supports_pdl
+from ..device import device_facts
 from ..tuning import Tuning
 from .launches import GemvLaunch, KernelLaunch
-from .lookahead import LIMIT_BYTES, LookaheadPlan
 from .model import check_chain
 from .silu_mul import check_silu_mul, silu_mul_geometry, silu_mul_kernel
 from .split_k import SplitK, SplitKLaunch
@@ -107,21 +106,13 @@ class DecodeChain(ChainStep):
     fuse_silu : bool
         With ``down_split``: no silu·mul launch; down computes ``silu(g)·u`` from the gate/up
         output as it stages its activations (the same fp16 values). A layer is one launch less.
-    lookahead : int
-        ``D >= 1``: a side branch streams each GEMV's weights into L2 while the ``D`` GEMVs before
-        it run (:mod:`.lookahead`; sm_90+); ``0`` (default): none. Results are unchanged.
-    lookahead_bytes : int
-        At most this many bytes of one weight are prefetched (its leading rows).
 
     Attributes
     ----------
     x, logits
         The input (fp16 ``[hidden]``, overwritten by the residual stream) and the output.
     launches, weight_bytes
-        Kernel launches per step (the lookahead's not counted); INT4 weights + scales + zero
-        points read per step.
-    lookahead_plan
-        The :class:`~int4gemv.decode.lookahead.LookaheadPlan`, or ``None``.
+        Kernel launches per step; INT4 weights + scales + zero points read per step.
     kernels
         ``(name, layer, weight_bytes)`` per launch, in order (layer −1: lm_head).
     stamps
@@ -130,17 +121,13 @@ class DecodeChain(ChainStep):
 
     def __init__(self, layers, lm_head, *, merged: bool = True, tuning: str = "auto",
                  blocks_per_sm=None, timeline: bool = False, silu_pdl=None, kind_tunings=None,
-                 down_split=None, fuse_silu: bool = False, lookahead: int = 0,
-                 lookahead_bytes: int = LIMIT_BYTES):
+                 down_split=None, fuse_silu: bool = False):
         for name, v in (("merged", merged), ("timeline", timeline), ("fuse_silu", fuse_silu)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
         if silu_pdl is not None and not isinstance(silu_pdl, bool):
             raise TypeError(f"silu_pdl must be None or a bool; got {type(silu_pdl).__name__}")
         _optional_positive("blocks_per_sm", blocks_per_sm)
-        if isinstance(lookahead, bool) or not isinstance(lookahead, (int, np.integer)) or lookahead < 0:
-            raise ValueError(f"lookahead must be a non-negative int; got {lookahead!r}")
-        _optional_positive("lookahead_bytes", lookahead_bytes)
         self.kind_tunings = _check_kind_tunings(kind_tunings)
         if down_split is not None and not isinstance(down_split, SplitK):
             raise TypeError(f"down_split must be None or a SplitK; got {type(down_split).__name__}")
@@ -166,7 +153,7 @@ class DecodeChain(ChainStep):
         self.logits = cuda.device_array(lm_head.N, np.float16)
         check_silu_mul(self.gu, self.m)
         specs = self._specs()
-        self.kernels = tuple((name, layer, nbytes) for name, layer, nbytes, *_ in specs)
+        self.kernels = tuple((name, layer, nbytes) for name, layer, nbytes, _ in specs)
         self.stamps = None
         ops = [make(None, 0) for *_, make in specs]
         if timeline:  # the buffer is sized by the widest grid, known once every launch is planned
@@ -174,17 +161,10 @@ class DecodeChain(ChainStep):
             ops = [make(self.stamps, slot) for slot, (*_, make) in enumerate(specs)]
         self._ops = tuple(ops)
         self.launches = len(ops)
-        self.lookahead, self.lookahead_bytes = int(lookahead), lookahead_bytes
-        if lookahead and not supports_pdl():  # the same sm_90 floor as the bulk prefetch
-            raise ValueError(f"lookahead needs sm_90 or newer (cp.async.bulk.prefetch.L2); this is "
-                             f"{device_facts()[0]} {device_facts()[2]}")
-        if lookahead:
-            self.lookahead_plan = LookaheadPlan([w for *_, w, _ in specs], self.lookahead, lookahead_bytes)
         self.weight_bytes = lm_head.nbytes + sum(getattr(x, p).nbytes for x in layers for p in PROJECTIONS)
 
     def _specs(self) -> list:
-        """``(name, layer, weight_bytes, weight, make)`` per launch (``weight``: the
-        QuantizedWeight it reads, or None); ``make(stamps, slot)`` binds it."""
+        """``(name, layer, weight_bytes, make)`` per launch; ``make(stamps, slot)`` binds it."""
         Q, KV, I = self.q_dim, self.kv_dim, self.intermediate
         max_blocks = None if self.blocks_per_sm is None else self.blocks_per_sm * device_facts()[1]
         q = self.qkv[:Q]
@@ -192,20 +172,20 @@ class DecodeChain(ChainStep):
         def gemv(name, layer, a, w, out, bias=None):
             tuning = self.kind_tunings.get(name)
             options = None if tuning is not None else self.options
-            return (name, layer, w.nbytes, w, lambda stamps, slot: GemvLaunch(
+            return (name, layer, w.nbytes, lambda stamps, slot: GemvLaunch(
                 a, w, out, bias, options=options, tuning=tuning, max_blocks=max_blocks, stamps=stamps, slot=slot))
 
         grid, block = silu_mul_geometry(I)
         kernel = silu_mul_kernel(self.silu_pdl)
 
         def silu_mul(layer):
-            return ("silu_mul", layer, 0, None, lambda stamps, slot: KernelLaunch(
+            return ("silu_mul", layer, 0, lambda stamps, slot: KernelLaunch(
                 kernel, grid, block, self.gu, self.m, programmatic=self.silu_pdl, stamps=stamps, slot=slot))
 
         def down(i, layer):
             if self.down_split is None:
                 return gemv("down", i, self.m, layer.down, self.x, bias=self.h)
-            return ("down", i, layer.down.nbytes, layer.down, lambda stamps, slot: SplitKLaunch(
+            return ("down", i, layer.down.nbytes, lambda stamps, slot: SplitKLaunch(
                 self.gu if self.fuse_silu else self.m, layer.down, self.x, self.h, shape=self.down_split,
                 fused=self.fuse_silu, pdl=self.options["pdl"], max_blocks=max_blocks, stamps=stamps, slot=slot))
 

@@ -20,13 +20,9 @@ __all__ = ["ChainStep", "CapturedChain"]
 class ChainStep:
     """Running a step: the eager and captured forms shared by every chain implementation. A
     subclass sets ``hidden``, ``x`` (device input), ``logits`` (device output) and ``_ops`` (the
-    step's operations, each ``op(stream)``), and ``launches`` / ``weight_bytes``; optionally
-    ``lookahead_plan``, whose prefetches :meth:`enqueue` forks beside the operations."""
+    step's operations, each ``op(stream)``), and ``launches`` / ``weight_bytes``."""
 
     _stream = None
-    _streams = None
-    #: A :class:`~int4gemv.decode.lookahead.LookaheadPlan` (side-branch L2 prefetches), or None.
-    lookahead_plan = None
 
     def input(self, x) -> np.ndarray:
         """``x`` as the chain's fp16 input (a numpy float array of shape ``[hidden]``)."""
@@ -40,22 +36,9 @@ class ChainStep:
     def enqueue(self, stream, streams=None) -> None:
         """Issue the step's launches on ``stream`` (reads ``self.x``, writes ``self.logits``);
         ``streams``: how they reach it (default :class:`DeviceStreams`)."""
-        streams = streams or self._device_streams()
-        look = self.lookahead_plan
-        if look is not None:
-            streams.fork(stream, look.first)
-        for i, op in enumerate(self._ops):
+        streams = streams or DeviceStreams()
+        for op in self._ops:
             streams.submit(stream, op)
-            if look is not None and i in look.after:
-                streams.fork(stream, look.after[i])
-        if look is not None:
-            streams.join(stream)
-
-    def _device_streams(self) -> DeviceStreams:
-        """This chain's :class:`DeviceStreams` (one side stream for its lookahead, made once)."""
-        if self._streams is None:
-            self._streams = DeviceStreams()
-        return self._streams
 
     def run(self, x) -> np.ndarray:
         """Eager: copy ``x`` in, run the step on the chain's own stream, wait; returns the logits
@@ -76,7 +59,7 @@ class ChainStep:
         every replay, then every launch. One eager warm-up run precedes the capture. ``streams``:
         :class:`SimulatedStreams` for a provider on the simulated driver."""
         x = self.input(x)
-        streams = streams or self._device_streams()
+        streams = streams or DeviceStreams()
 
         def step(cap):
             streams.copy_in(cap, cap.stage(x), self.x)
