@@ -33,10 +33,10 @@ import time
 
 import numpy as np
 
-__all__ = ["main"]
+__all__ = ["main", "probe_intrinsics", "install_f16", "f16_bits"]
 
 
-def _intrinsics():
+def probe_intrinsics():
     """Device-only inline PTX. Shared-memory operands are 32-bit shared addresses (``uint32``),
     computed once from an array by ``smem_base`` and advanced in plain integer arithmetic."""
     from llvmlite import ir
@@ -153,7 +153,7 @@ def bulk_kernel(C: int, NW: int, S: int, K: int, blocks_per_sm: int, fold: bool 
 
     from int4gemv.kernels.intrinsics import and_or, half2_fma, half2_sum, shfl_xor
 
-    f = _intrinsics()
+    f = probe_intrinsics()
     smem_base, mbar_init, fence_init, mbar_expect = f["smem_base"], f["mbar_init"], f["fence_init"], f["mbar_expect"]
     mbar_arrive, mbar_wait, bulk_copy = f["mbar_arrive"], f["mbar_wait"], f["bulk_copy"]
     lds128, lds16, pack_pinned = f["lds128"], f["lds16"], f["pack_pinned"]
@@ -244,7 +244,7 @@ def bulk_kernel(C: int, NW: int, S: int, K: int, blocks_per_sm: int, fold: bool 
                                 acc1 = half2_fma(hi0, acts[a + 1], acc1)
                                 acc1 = half2_fma(lo1, acts[a + 2], acc1)
                                 acc1 = half2_fma(hi1, acts[a + 3], acc1)
-                        total += (half2_sum(acc0) + half2_sum(acc1)) * _f16(sc)
+                        total += (half2_sum(acc0) + half2_sum(acc1)) * f16_bits(sc)
                     else:
                         total += float32(w4[0] ^ w4[1] ^ w4[2] ^ w4[3] ^ sc)
                 part[c] = total
@@ -266,12 +266,12 @@ def bulk_kernel(C: int, NW: int, S: int, K: int, blocks_per_sm: int, fold: bool 
     return kernel, THREADS, S * (SW * 4 + SS * 2) + 16 * S
 
 
-def _f16(bits):
+def f16_bits(bits):
     raise RuntimeError("replaced at import")
 
 
-def _install_f16():
-    """``_f16(uint16 bits) -> float32``: an fp16 scale's value (cvt.f32.f16)."""
+def install_f16():
+    """``f16_bits(uint16 bits) -> float32``: an fp16 scale's value (cvt.f32.f16)."""
     from llvmlite import ir
     from numba import types
     from numba.core.extending import intrinsic
@@ -284,7 +284,7 @@ def _install_f16():
                                "cvt.f32.f16 $0, $1;", "=f,h")
             return builder.call(asm, [v])
         return types.float32(bits), codegen
-    globals()["_f16"] = f16
+    globals()["f16_bits"] = f16
 
 
 _SPEC = re.compile(r"c(\d+)w(\d+)s(\d+)b(\d+)")
@@ -334,7 +334,7 @@ def main(argv=None) -> int:
     p.add_argument("--sass", default=None, help="offline SASS only, into this folder (no GPU)")
     args = p.parse_args(argv)
     N, K = (int(v) for v in args.shape.split("x"))
-    _install_f16()
+    install_f16()
     if args.sass:
         for spec in args.configs.split(","):
             print(json.dumps(sass(spec, K, args.sass)))

@@ -39,7 +39,7 @@ import re
 
 import numpy as np
 
-from .probe_bulk import _install_f16, _intrinsics
+from .probe_bulk import install_f16, probe_intrinsics
 
 __all__ = ["main"]
 
@@ -60,9 +60,9 @@ def tcm1_kernel(NW: int, B: int, U: int, K: int, offset: bool = False):
 
     from . import probe_bulk
 
-    f = _intrinsics()
+    f = probe_intrinsics()
     smem_base, lds128, pack_pinned = f["smem_base"], f["lds128"], f["pack_pinned"]
-    f16 = probe_bulk._f16
+    f16 = probe_bulk.f16_bits
     assert K % 128 == 0 and (K // 128) % U == 0
     STEPS = K // 128
     KW = K // 8                      # uint32 words per column
@@ -275,7 +275,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     configs = args.configs.split(",")
-    _install_f16()
+    install_f16()
     if args.sass:
         for spec in configs:
             print(json.dumps(sass(spec, shapes[0][1], args.sass)))
