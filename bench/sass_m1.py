@@ -172,6 +172,14 @@ CASES = {
     "default bf16 bs32 c4u2b4p": ("default", ("bfloat16", 32, False, dict(pipeline=True))),
     "default fp16 bs16 zp c4u1b4p": ("default", ("float16", 16, True, dict(pipeline=True))),
     "default bf16 bs16 zp c4u1b4p": ("default", ("bfloat16", 16, True, dict(pipeline=True))),
+    "default fp16 bs32 mma c2l4u2b4": ("default", ("float16", 32, False,
+                                                   dict(mma=True, cols=2, lanes=4))),
+    "default fp16 bs32 mma c2l4u2b3": ("default", ("float16", 32, False,
+                                                   dict(mma=True, cols=2, lanes=4, blocks_per_sm=3))),
+    "default bf16 bs32 mma c2l4u2b4": ("default", ("bfloat16", 32, False,
+                                                   dict(mma=True, cols=2, lanes=4))),
+    "default fp16 bs16 zp mma c2l4u1b4": ("default", ("float16", 16, True,
+                                                      dict(mma=True, cols=2, lanes=4))),
 }
 
 

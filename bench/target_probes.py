@@ -15,12 +15,18 @@ __all__ = ["parse_config", "probe_row"]
 
 
 def parse_config(text: str) -> dict:
-    """``"c4u1b5p"`` -> ``{"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True}``: a
-    default-tiling override timed as a ``kind="probe"`` row (``ValueError`` if malformed)."""
-    m = re.fullmatch(r"c(\d+)u(\d+)b(\d+)(p?)", text)
+    """``"c4u1b5p"`` -> ``{"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True,
+    "mma": False}``, ``"c2l4u2b4m"`` -> ``{"cols": 2, "lanes": 4, ..., "mma": True}`` (``l``: lanes
+    per column, else the chooser's; ``m``: the tensor-core fold): a default-tiling override timed
+    as a ``kind="probe"`` row (``ValueError`` if malformed)."""
+    m = re.fullmatch(r"c(\d+)(?:l(\d+))?u(\d+)b(\d+)(p?)(m?)", text)
     if not m:
-        raise ValueError(f"config {text!r} is not cCuUbB[p] (e.g. c4u1b5p)")
-    return {"cols": int(m[1]), "unroll": int(m[2]), "blocks_per_sm": int(m[3]), "pipeline": bool(m[4])}
+        raise ValueError(f"config {text!r} is not cC[lL]uUbB[p][m] (e.g. c4u1b5p, c2l4u2b4m)")
+    out = {"cols": int(m[1]), "unroll": int(m[3]), "blocks_per_sm": int(m[4]), "pipeline": bool(m[5]),
+           "mma": bool(m[6])}
+    if m[2]:
+        out["lanes"] = int(m[2])
+    return out
 
 
 def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where):
@@ -37,7 +43,9 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
     M = a.shape[0]
     row = result_row("probe", text, label, N, K, M, bs, zp, dtype, floor_us=floor, tinygemm_us=tg)
     try:
-        config = replace(choose_config(M, N, K, bs, dtype, zp, multiprocessors=sms), **parse_config(text))
+        over = parse_config(text)
+        base = choose_config(M, N, K, bs, dtype, zp, cols=over["cols"], multiprocessors=sms)
+        config = replace(base, **over)
         kernel = default_kernel(config)
         grid, block = geometry(config, N, sms)
         as16 = lambda t: cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16).reshape(-1)  # noqa: E731

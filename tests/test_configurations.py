@@ -31,6 +31,8 @@ from numba import cuda
 import int4gemv as ig
 from int4gemv.descriptors import tensor_core
 from int4gemv.kernels import single_warp
+from int4gemv.device import device_facts
+from int4gemv.kernels import default_config as dc
 from int4gemv.kernels.default import COLS, UNROLLS, choose_config
 
 U = 2.0 ** -11
@@ -44,7 +46,7 @@ def _bf16():
 
 
 def _decode_choices():
-    """``{(cols, lanes, unroll, blocks_per_sm, dtype): [M values]}`` over the decode shapes, for
+    """``{(cols, lanes, unroll, blocks_per_sm, dtype, mma): [M values]}`` over the decode shapes, for
     the batches the dispatcher gives the default tiling (M < ``tensor_core.MIN_M``; larger
     batches run on tensor cores, ``tests/test_tensor_core.py``)."""
     doc = json.loads(resources.files("int4gemv.workloads").joinpath("qwen3_vl_2b_decode.json").read_text())
@@ -54,7 +56,8 @@ def _decode_choices():
             for dtype in ("float16", "bfloat16"):
                 c = choose_config(M, p["N"], p["K"], doc["block_size"], dtype, False,
                                   multiprocessors=GPU_MULTIPROCESSORS)
-                found.setdefault((c.cols, c.lanes, c.unroll, c.blocks_per_sm, dtype), set()).add(M)
+                found.setdefault((c.cols, c.lanes, c.unroll, c.blocks_per_sm, dtype, c.mma),
+                                 set()).add(M)
     return found
 
 
@@ -67,8 +70,9 @@ def _k_for(lanes, per_lane):
     are partial) that gives ``lanes`` lanes per column and ``per_lane`` chunks per lane."""
     if lanes == 32:
         chunks = 32 * (per_lane - 1) + 1 if per_lane > 1 else 17
+    elif per_lane > 1:            # the mma fold's fixed 4 lanes (``choose_config`` would take more)
+        chunks = lanes * (per_lane - 1) + 1
     else:
-        assert per_lane == 1, "fewer than 32 lanes: one chunk per lane"
         chunks = lanes // 2 + 1
     return 32 * (chunks - 1) + 8
 
@@ -93,18 +97,29 @@ def _columns(cols, lanes):
     return cols * (32 // lanes) + 1
 
 
-@pytest.mark.parametrize("cols, lanes, unroll, blocks, dtype, M, per_lane",
+def _mma_columns(multiprocessors):
+    """The smallest N (one column past whole groups of 16) for which ``choose_config`` takes the
+    mma fold on ``multiprocessors`` SMs (the simulator's 1 here: 1025 columns)."""
+    stride = dc.MMA_WARPS * dc.MMA_BLOCKS * multiprocessors
+    return 16 * dc.STAGE_MIN_GROUPS * stride + 1
+
+
+@pytest.mark.parametrize("cols, lanes, unroll, blocks, dtype, mma, M, per_lane",
                          [c + (2,) for c in DECODE_CASES])
 def test_every_default_tiling_choice_on_the_decode_shapes(rng, cols, lanes, unroll, blocks, dtype,
-                                                          M, per_lane):
+                                                          mma, M, per_lane):
     K = _k_for(lanes, per_lane)  # 2 chunks per lane as at K = 2048: a full step and a tail step
-    N = _columns(cols, lanes)
-    tuning = ig.Tuning("default", cols=cols, unroll=unroll)
+    if mma:   # chosen, not forced: ``cols`` left open, N large enough for this device's grid
+        N = _mma_columns(device_facts()[1])
+        tuning = ig.Tuning("default", unroll=unroll)
+    else:
+        N = _columns(cols, lanes)
+        tuning = ig.Tuning("default", cols=cols, unroll=unroll)
     # The host path runs on the default stream; the device path is the same kernel and binding.
     plan, err = _run(rng, M, N, K, dtype, tuning, zp=bool(M % 2))
     c = plan.config
-    assert (plan.kernel, c.cols, c.lanes, c.unroll, c.blocks_per_sm, c.M, c.dtype) == \
-        ("default", cols, lanes, unroll, blocks, M, dtype)
+    assert (plan.kernel, c.cols, c.lanes, c.unroll, c.blocks_per_sm, c.M, c.dtype, c.mma) == \
+        ("default", cols, lanes, unroll, blocks, M, dtype, mma)
     assert err <= TOL[dtype], f"error {err:.2e} of the terms' magnitude"
 
 

@@ -300,10 +300,11 @@ def test_bf16_m1_rows_fold_in_fp16_where_their_power_of_two_scale_allows(rng, mo
 
 
 def test_bf16_m1_fp16_arithmetic_at_the_lm_head_configuration(rng):
-    # lm_head's bf16 choice on the H200 (4 columns, 32 lanes, unroll 2) with one warp walking 4
-    # column groups (so it takes the fp16 fold), the last one partial; K = 2048: one full step.
-    base = choose_config(1, 151936, 2048, 32, "bfloat16", False)
-    assert (base.cols, base.lanes, base.unroll) == (4, 32, 2)
+    # lm_head's bf16 CUDA-core choice on the H200 (4 columns, 32 lanes, unroll 2: with the
+    # columns given, so not the mma fold) with one warp walking 4 column groups (so it takes the
+    # fp16 fold), the last one partial; K = 2048: one full step.
+    base = choose_config(1, 151936, 2048, 32, "bfloat16", False, cols=4)
+    assert (base.cols, base.lanes, base.unroll, base.mma) == (4, 32, 2, False)
     a, w, bias = make(rng, 13, 2048, 32, False, 1, "bfloat16")
     config = DefaultConfig(**{**base.__dict__, "warps": 1, "blocks_per_sm": 1})
     y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
@@ -342,3 +343,85 @@ def test_bf16_m1_stage_layout_reads_each_group_as_one_conflict_free_lds128():
             assert all(b % 4 == 0 for b in starts)
             banks = {(b + e) % 32 for b in starts for e in range(4)}
             assert len(banks) == 32, (s, q, sorted(banks))
+
+
+# -- the M = 1 tensor-core fold (kernels/default_mma.py) -------------------------------------------
+
+def _mma(dtype, K, bs, zp, unroll=1, pipeline=False, pdl=False):
+    """The mma fold's tiling on one warp: with N = 69 it walks 5 groups of 16 columns (the last
+    one partial), enough for the stage (``HALF_MIN_GROUPS``)."""
+    rows16 = -(-K // bs) * bs // 2 % 16 == 0
+    return DefaultConfig(dtype, 1, bs, zp, cols=2, lanes=4, unroll=unroll, warps=1, blocks_per_sm=1,
+                         mma=True, pipeline=pipeline, pdl=pdl, weight_vector=rows16)
+
+
+def test_lm_head_takes_the_mma_fold_where_each_warp_has_groups_to_fold():
+    for dtype in DTYPES:
+        for bs in ig.BLOCK_SIZES:
+            for zp in (False, True):
+                c = choose_config(1, 151936, 2048, bs, dtype, zp)
+                assert (c.mma, c.cols, c.lanes, c.warps, c.blocks_per_sm, c.unroll) == \
+                    (True, 2, 4, 4, 4, 1 if zp else 2)
+    assert not choose_config(1, 151936, 2048, 32, "float16", False, cols=2).mma   # cols given
+    assert not choose_config(2, 151936, 2048, 32, "float16", False).mma           # M > 1
+    assert not choose_config(1, 151936, STAGE_MAX_K + 8, 32, "float16", False).mma  # not staged
+    assert not choose_config(1, 12288, 2048, 32, "float16", False).mma   # gate_up: 768 groups
+    with pytest.raises(ValueError, match="mma"):
+        DefaultConfig("float16", 1, 32, False, cols=4, lanes=4, mma=True)
+    with pytest.raises(ValueError, match="mma"):
+        DefaultConfig("float16", 2, 32, False, cols=2, lanes=4, mma=True)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("bs", ig.BLOCK_SIZES)
+@pytest.mark.parametrize("zp", [False, True])
+def test_mma_fold_every_format(rng, dtype, bs, zp):
+    # K = 2 bs + 8: a partial last group and a last chunk of one word; unroll 2 at bs >= 64 (two
+    # chunks per step, the second clamped past the column), the pipeline on the zero-point cases.
+    K = 2 * bs + 8
+    a, w, bias = make(rng, 69, K, bs, zp, 1, dtype)
+    config = _mma(dtype, K, bs, zp, unroll=2 if bs >= 64 else 1, pipeline=zp, pdl=bs == 32)
+    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
+    check(y, a, w, bias, dtype)
+
+
+@pytest.mark.parametrize("K", [8, 40, 104, 136, 520])
+def test_mma_fold_k_tails(rng, K):
+    # K shorter than a chunk, ending in each word of a chunk, and several steps per lane.
+    a, w, bias = make(rng, 69, K, 16, True, 1, "float16")
+    y, _ = run(a, w, bias, "float16", config=_mma("float16", K, 16, True, unroll=2),
+               multiprocessors=1)
+    check(y, a, w, bias, "float16")
+
+
+@pytest.mark.parametrize("case", ["bf16 out of range", "few groups", "long row"])
+def test_mma_config_folds_on_cuda_cores_where_the_row_is_not_staged(rng, monkeypatch, case):
+    # A bf16 row past the fp16 range (scale 2**45), a grid whose warps have too few groups for
+    # the stage (N = 37: 3 groups), K > STAGE_MAX_K: the same config takes the scalar fold. On the
+    # simulator the mma calls are counted: none.
+    from int4gemv.kernels import default_mma
+    dtype = "bfloat16" if case == "bf16 out of range" else "float16"
+    N, K = (37, 72) if case == "few groups" else (69, STAGE_MAX_K + 40 if case == "long row" else 72)
+    a, w, bias = make(rng, N, K, 32, False, 1, dtype)
+    if case == "bf16 out of range":
+        a = (a.astype(np.float64) * 2.0 ** 45).astype(BF16)
+        bias = (bias.astype(np.float64) * 2.0 ** 45).astype(BF16)
+    calls = []
+    if SIMULATED:
+        real = default_mma.mma_f16
+        monkeypatch.setattr(default_mma, "mma_f16", lambda *args: calls.append(1) or real(*args))
+    y, _ = run(a, w, bias, dtype, config=_mma(dtype, K, 32, False), multiprocessors=1)
+    check(y, a, w, bias, dtype)
+    assert not calls
+
+
+def test_mma_fold_is_taken_where_the_row_is_staged(rng, monkeypatch):
+    from int4gemv.kernels import default_mma
+    calls = []
+    if SIMULATED:
+        real = default_mma.mma_f16
+        monkeypatch.setattr(default_mma, "mma_f16", lambda *args: calls.append(1) or real(*args))
+    a, w, bias = make(rng, 69, 72, 32, False, 1, "bfloat16")
+    y, _ = run(a, w, bias, "bfloat16", config=_mma("bfloat16", 72, 32, False), multiprocessors=1)
+    check(y, a, w, bias, "bfloat16")
+    assert calls or not SIMULATED

@@ -106,8 +106,12 @@ def test_the_markdown_table_is_generated_from_the_rows():
 def test_probe_configs_parse_or_are_refused():
     from bench.target_probes import parse_config
 
-    assert parse_config("c4u1b5p") == {"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True}
-    assert parse_config("c2u2b6") == {"cols": 2, "unroll": 2, "blocks_per_sm": 6, "pipeline": False}
+    assert parse_config("c4u1b5p") == {"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True,
+                                       "mma": False}
+    assert parse_config("c2u2b6") == {"cols": 2, "unroll": 2, "blocks_per_sm": 6, "pipeline": False,
+                                      "mma": False}
+    assert parse_config("c2l4u2b4m") == {"cols": 2, "lanes": 4, "unroll": 2, "blocks_per_sm": 4,
+                                         "pipeline": False, "mma": True}
     with pytest.raises(SystemExit):
         targets.parse_args(["--out", "x", "--configs", "c4u1"])
 

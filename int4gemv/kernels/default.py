@@ -55,6 +55,7 @@ from .default_batch import batch_fold
 from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
                              choose_config, geometry)
 from .default_m1 import STAGE_MAX_K, STAGE_WORDS, half_range_pays, scalar_fold, stage_activations
+from .default_mma import mma_fold
 from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
 from .vector_loads import load8, load16
@@ -84,9 +85,10 @@ def default_kernel(config: DefaultConfig):
     GROUP_COLS = P * C
     TWO_GROUPS = BS == 16                # a chunk holds two quantization groups
     CHUNKS_PER_GROUP = max(1, BS // 32)
-    SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1)
+    SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1, .default_mma)
     RANGE_CHECK = SCALAR and not F16     # bf16 M = 1: fp16 arithmetic where the row allows it
-    STAGE = STAGE_WORDS + WARPS if RANGE_CHECK else 1   # the converted activations (+ a word per warp)
+    STAGED = RANGE_CHECK or config.mma   # M = 1 folds that read the row from a shared stage
+    STAGE = STAGE_WORDS + WARPS if STAGED else 1   # the re-paired activations (+ a word per warp)
     STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
     Z = np.uint32(0)
 
@@ -141,7 +143,7 @@ def default_kernel(config: DefaultConfig):
                         zv[c, u, h] = NO_ZP_OFFSET
 
     fold = batch_fold(config, load_act)
-    fold_m1 = scalar_fold(config, load_act)
+    fold_m1 = mma_fold(config, load_act) if config.mma else scalar_fold(config, load_act)
     stage_fill = stage_activations(config, load_act)
     pays = cuda.jit(device=True, inline=True)(half_range_pays)
 
@@ -219,9 +221,10 @@ def default_kernel(config: DefaultConfig):
         zv = cuda.local.array((C, U, H), np.uint32)
         acc = cuda.local.array((M, C), float32)
         stage = cuda.shared.array(STAGE, np.uint32, alignment=STAGE_ALIGN)
-        # bf16 at M = 1 (grid-uniform: every warp has column groups, so every thread of a block
-        # reaches stage_fill's barrier): the activations staged as fp16 words, tested per block
-        staged = RANGE_CHECK and pays(groups, stride) and K <= STAGE_MAX_K
+        # bf16 and the mma fold at M = 1 (grid-uniform: every warp has column groups, so every
+        # thread of a block reaches stage_fill's barriers): the activations staged as fp16
+        # words (bf16: tested and scaled per block)
+        staged = STAGED and pays(groups, stride) and K <= STAGE_MAX_K
         for m in range(M):
             for c in range(C):
                 acc[m, c] = float32(0.0)
@@ -240,7 +243,7 @@ def default_kernel(config: DefaultConfig):
                            nzb, row_bytes, raw, sv, zv)
             if PDL:  # the first weights are in flight while the previous grid ends
                 wait_for_previous_grid()
-            half = not RANGE_CHECK   # bf16: staged while the first loads are in flight
+            half = not STAGED   # staged while the first loads are in flight
             unscale = float32(1.0)
             if staged:
                 half, unscale = stage_fill(act, stage, nwords, nchunks)
@@ -263,7 +266,7 @@ def default_kernel(config: DefaultConfig):
                     finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
             return
         waited = not PDL
-        half = not RANGE_CHECK        # bf16: set by the first step, after the wait
+        half = not STAGED             # staged: set by the first step, after the wait
         unscale = float32(1.0)
         checked = not staged
         while g < groups:
@@ -273,7 +276,7 @@ def default_kernel(config: DefaultConfig):
                 if not waited:  # the first weights are in flight while the previous grid ends
                     wait_for_previous_grid()
                     waited = True
-                if not checked:  # bf16: staged while those loads fly (every warp gets here)
+                if not checked:  # staged while those loads fly (every warp gets here)
                     half, unscale = stage_fill(act, stage, nwords, nchunks)
                     checked = True
                 fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, half)

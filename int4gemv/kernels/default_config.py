@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "DTYPES", "MAX_M", "COLS", "LANES",
-           "UNROLLS", "BLOCK_SIZES"]
+__all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES", "MAX_M", "COLS",
+           "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS", "MMA_BLOCKS",
+           "STAGE_MAX_K", "STAGE_MIN_GROUPS"]
 
 DTYPES = ("float16", "bfloat16")
 MAX_M = 16
@@ -34,7 +35,9 @@ class DefaultConfig:
     launch start at once, issues its first weight loads, and only then waits for the previous
     grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``;
     pipeline: (M = 1) two register buffers: each step's loads are issued before the previous
-    step is folded, across column groups, so a warp always has a step of loads in flight.
+    step is folded, across column groups, so a warp always has a step of loads in flight;
+    mma: (M = 1, lanes 4, cols 2) the products and group sums on tensor cores
+    (:mod:`.default_mma`).
     """
 
     dtype: str
@@ -50,6 +53,7 @@ class DefaultConfig:
     weight_vector: bool = True
     pdl: bool = False
     pipeline: bool = False
+    mma: bool = False
 
     def __post_init__(self):
         def check(name, ok, accepted):
@@ -61,7 +65,7 @@ class DefaultConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
-        for name in ("zero_points", "act_vector", "weight_vector", "pdl", "pipeline"):
+        for name in ("zero_points", "act_vector", "weight_vector", "pdl", "pipeline", "mma"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"DefaultConfig.{name} must be a bool")
         check("M", 1 <= self.M <= MAX_M, f"in 1..{MAX_M}")
@@ -73,6 +77,8 @@ class DefaultConfig:
         check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
               f"in 1..{64 // self.warps}")
         check("pipeline", not self.pipeline or self.M == 1, "False when M > 1 (M = 1 only)")
+        check("mma", not self.mma or (self.M == 1 and self.lanes == 4 and self.cols == 2),
+              "False unless M = 1, lanes = 4 and cols = 2")
 
     @property
     def columns_per_warp(self) -> int:
@@ -87,6 +93,23 @@ def _unroll_spills(M, dtype, zero_points) -> bool:
     return (dtype == "bfloat16" and M > 1) or (M == 1 and bool(zero_points))
 
 
+#: The mma fold's tiling (:mod:`.default_mma`): 4 lanes per column, 2 columns per lane, 4 warps
+#: per block, 4 blocks per SM (128 registers a thread).
+MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
+#: The longest row the M = 1 stage holds and the column groups each warp must fold for the
+#: stage to pay (:mod:`.default_m1` documents and uses both: ``STAGE_MAX_K``, ``HALF_MIN_GROUPS``).
+STAGE_MAX_K, STAGE_MIN_GROUPS = 4096, 4
+
+
+def mma_pays(M, N, K, multiprocessors) -> bool:
+    """Whether :func:`choose_config` takes the M = 1 mma fold: one row, K <= the stage's, and
+    enough 16-column groups for each warp of the full persistent grid to fold
+    :data:`STAGE_MIN_GROUPS` of them (the stage is filled once per block: bench/NOTES.md)."""
+    groups = -(-N // (32 // MMA_LANES * MMA_COLS))
+    stride = MMA_WARPS * MMA_BLOCKS * multiprocessors
+    return M == 1 and K <= STAGE_MAX_K and groups >= STAGE_MIN_GROUPS * stride
+
+
 def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True,
                   weight_aligned16=True, cols=None, multiprocessors=132,
                   pdl=False) -> DefaultConfig:
@@ -96,7 +119,19 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     unroll: up to 2 chunks per lane per step (1 where 2 spills: bf16 at M > 1, zero points at
     M = 1); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
     while the grid would not give every SM 8 warps; resident blocks per SM: 8 for one column
-    (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md)."""
+    (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md).
+    M = 1 where :func:`mma_pays` (``cols`` not given): the tensor-core fold's tiling instead
+    (4 lanes and 2 columns per lane, :data:`MMA_WARPS` warps, :data:`MMA_BLOCKS` blocks per SM)."""
+    row_bytes = -(-K // block_size) * block_size // 2
+    weight_vector = bool(weight_aligned16) and row_bytes % 16 == 0
+    if cols is None and mma_pays(M, N, K, multiprocessors):
+        per_lane = -(-K // 32 // MMA_LANES)
+        unroll = 1 if per_lane == 1 or _unroll_spills(M, dtype, zero_points) else 2
+        return DefaultConfig(dtype=str(dtype), M=1, block_size=int(block_size),
+                             zero_points=bool(zero_points), cols=MMA_COLS, lanes=MMA_LANES,
+                             unroll=unroll, warps=MMA_WARPS, blocks_per_sm=MMA_BLOCKS,
+                             act_vector=bool(act_aligned16), weight_vector=weight_vector,
+                             pdl=bool(pdl), mma=True)
     chunks = -(-K // 32)
     lanes = 1
     while lanes < 32 and lanes < chunks:
@@ -109,12 +144,10 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
         while cols > 1 and -(-N // (32 // lanes * cols)) < 8 * multiprocessors:
             cols //= 2
     blocks = 8 if (cols == 1 and M == 1) else (4 if M <= 4 else 2)
-    row_bytes = -(-K // block_size) * block_size // 2
     return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),
                          zero_points=bool(zero_points), cols=cols, lanes=lanes, unroll=unroll,
                          warps=warps, blocks_per_sm=blocks, act_vector=bool(act_aligned16),
-                         weight_vector=bool(weight_aligned16) and row_bytes % 16 == 0,
-                         pdl=bool(pdl))
+                         weight_vector=weight_vector, pdl=bool(pdl))
 
 
 def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int = 132) -> dict:
@@ -124,7 +157,13 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
     chunks = -(-K // 32)
     per_lane = -(-chunks // config.lanes)
     full = 4 if config.M == 1 else 2
-    if config.cols < full:
+    if config.mma:
+        cols = (f"{config.cols} columns per lane step, {config.lanes} lanes per column at M = 1: the "
+                f"tensor-core fold (mma.sync m16n8k16: a warp's 16 columns are A), since N = {N} "
+                f"gives each of the {config.warps * config.blocks_per_sm * multiprocessors} warps "
+                f">= {STAGE_MIN_GROUPS} groups of 16 columns and K = {K} <= {STAGE_MAX_K} fits "
+                "the staged row")
+    elif config.cols < full:
         cols = (f"{full} columns per lane step at M = {config.M}, halved to {config.cols} so N = {N} "
                 f"gives every one of {multiprocessors} SMs 8 warps")
     elif config.M == 1:

@@ -26,31 +26,36 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
+from .default_config import STAGE_MAX_K as CONFIG_STAGE_MAX_K
+from .default_config import STAGE_MIN_GROUPS
 from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point_constants
 from .intrinsics import half2_sum, shfl_xor
 from .nibble_pairs import half_high, half_low
 
 __all__ = ["scalar_fold", "stage_activations", "half_range_pays", "HALF_MIN_GROUPS",
-           "STAGE_MAX_K", "STAGE_WORDS", "CHUNK_STRIDE"]
+           "STAGE_MAX_K", "STAGE_WORDS", "CHUNK_STRIDE", "ZERO_SLOT"]
 
 _U0, _U1, _U2, _U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
 _ALL = np.uint32(0xFFFFFFFF)
 
-#: bf16 at M = 1 takes the fp16 arithmetic only in grids with at least this many column groups
-#: per warp. Converting and testing the activations is one more pass over them before the first
-#: fold: latency that a warp with one group cannot hide (H200, commit 93b2d80: k/v bf16 3.33 ->
-#: 4.26 us, q/o 4.41 -> 5.17 with a per-lane test in every warp; bench/NOTES.md). lm_head's warps
-#: fold 18 groups (37984 groups of 4 columns over 2112 warps), the other decode shapes' at most 2.
-HALF_MIN_GROUPS = 4
+#: bf16 at M = 1 takes the fp16 arithmetic (and the mma fold its staged row) only in grids with
+#: at least this many column groups per warp. Converting and testing the activations is one more
+#: pass over them before the first fold: latency that a warp with one group cannot hide (H200,
+#: commit 93b2d80: k/v bf16 3.33 -> 4.26 us, q/o 4.41 -> 5.17 with a per-lane test in every warp;
+#: bench/NOTES.md). lm_head's warps fold 18 groups (37984 groups of 4 columns over 2112 warps),
+#: the other decode shapes' at most 2. (Defined in :mod:`.default_config`, which chooses by it.)
+HALF_MIN_GROUPS = STAGE_MIN_GROUPS
 #: The longest activation row staged in shared memory (hidden sizes up to 4096; longer rows fold
-#: in float32).
-STAGE_MAX_K = 4096
+#: in float32 (bf16) or from global memory (fp16)).
+STAGE_MAX_K = CONFIG_STAGE_MAX_K
 #: Words between two chunks' 16 staged words: 20, a multiple of 4, so that a group's 4 words are
 #: 16-byte aligned and read with one ``LDS.128`` (the stage is allocated 16-byte aligned on the
 #: GPU), and the 8 lanes of a quarter-warp, reading chunks ``s .. s + 7``, start at banks
 #: ``20 s mod 32`` = 0, 20, 8, 28, 16, 4, 24, 12: 32 different banks, no conflict. (17, the
 #: stride for scalar reads, left odd chunks unaligned: 4 ``LDS`` and their address math per group.)
 CHUNK_STRIDE = 20
+#: The first chunk's 4 padding words, zeroed by the stage fill: a 16-byte zero read.
+ZERO_SLOT = 16
 #: The stage's size in uint32 words: 10 KB per block.
 STAGE_WORDS = STAGE_MAX_K // 32 * CHUNK_STRIDE
 
@@ -62,19 +67,38 @@ def half_range_pays(groups, stride):
 
 
 def stage_activations(config, load_act):
-    """``fill(act, stage, nwords, nchunks) -> (half, unscale)``: the block converts the bf16
-    activation row (``load_act`` as in :func:`scalar_fold`; words past K as zeros), scaled by the
-    row's power of two (:func:`.bf16.row_scales`), into re-paired fp16 words, chunk ``j``'s 16 at
-    ``stage[CHUNK_STRIDE * j + 4 * q + e]`` (``q``: its 8-element group), and returns, to every
-    thread of the block, whether the row takes the fp16 arithmetic and the float32 factor
-    (``2**-s``; 1 where not) that undoes the scale. Two passes over the row: its largest
-    magnitude (each warp's by shuffles, the block's through ``stage[STAGE_WORDS + warp]``),
-    then the conversion. Every thread of the block must call it (two barriers); K <=
-    :data:`STAGE_MAX_K`; ``stage`` holds ``STAGE_WORDS + warps`` words."""
+    """``fill(act, stage, nwords, nchunks) -> (half, unscale)``: the block converts the activation
+    row (``load_act`` as in :func:`scalar_fold`; words past K as zeros) into re-paired fp16
+    words, chunk ``j``'s 16 at ``stage[CHUNK_STRIDE * j + 4 * q + e]`` (``q``: its 8-element
+    group) and zeros in the first chunk's 4 padding words ``stage[ZERO_SLOT ..]`` (a 16-byte
+    zero operand for :mod:`.default_mma`), and returns, to every thread of the block,
+    whether the row takes the fp16 arithmetic and the float32 factor that undoes its scale.
+    bf16: the row scaled by its power of two (:func:`.bf16.row_scales`; ``2**-s`` undoes it,
+    1 where the row is out of range and not staged), two passes over the row: its largest
+    magnitude (each warp's by shuffles, the block's through ``stage[STAGE_WORDS + warp]``), then
+    the conversion. fp16: one pass, the words as they are (always ``(True, 1.0)``). Every thread
+    of the block must call it (two barriers for bf16, one for fp16); K <= :data:`STAGE_MAX_K`;
+    ``stage`` holds ``STAGE_WORDS + warps`` words."""
     THREADS, WARPS = 32 * config.warps, config.warps
+    F16 = config.dtype == "float16"
+
+    @cuda.jit(device=True, inline=True)
+    def pad(stage):
+        if cuda.threadIdx.x < 4:
+            stage[ZERO_SLOT + cuda.threadIdx.x] = _U0
 
     @cuda.jit(device=True, inline=True)
     def fill(act, stage, nwords, nchunks):
+        if F16:
+            for i in range(cuda.threadIdx.x, 4 * nchunks, THREADS):
+                j, q = i // 4, i % 4
+                x = load_act(act, 32 * j + 8 * q, 4 * j + q < nwords)
+                w = pair_words(x[0], x[1], x[2], x[3])
+                for e in range(4):
+                    stage[CHUNK_STRIDE * j + 4 * q + e] = w[e]
+            pad(stage)
+            cuda.syncthreads()
+            return True, float32(1.0)
         top = np.int32(0)        # magnitude bits (<= 0x7FFF); int32: what shuffles take
         for i in range(cuda.threadIdx.x, 4 * nchunks, THREADS):
             j, q = i // 4, i % 4
@@ -96,6 +120,7 @@ def stage_activations(config, load_act):
                 w = bf16.half_pairs(x[0], x[1], x[2], x[3], scale)
                 for e in range(4):
                     stage[CHUNK_STRIDE * j + 4 * q + e] = w[e]
+            pad(stage)
         cuda.syncthreads()
         return half, unscale
 

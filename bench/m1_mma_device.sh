@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device call for issue 19's M = 1 tensor-core fold (bench/NOTES.md "Session 13"), most
+# important first, each stage bounded so that a short lease still returns the earlier ones
+# (everything under $OUT):
+#   1. bench.targets at M = 1 on lm_head (--quick formats, fp16 + bf16): the default tiling as
+#      chosen now (the mma fold) against the stream floor, and the CUDA-core configurations it
+#      replaces (c4u2b4: no zero points, c4u1b4: zero points) as probe rows in the same process;
+#   2. the GPU tests of the fold (tests/test_default_kernel.py -k mma, the decode-shape choices
+#      of tests/test_configurations.py), on the GPU;
+#   3. the probe bench/probe_tcm1.py (the offset form, lm_head only).
+# Usage (repository root, CUDA machine): OUT=DIR bench/m1_mma_device.sh
+set -uo pipefail
+out=${OUT:?set OUT to the folder for logs and results}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
+
+timeout "${M1_S:-240}" python3 -m bench.targets --out "$out" --quick --m 1 --shapes lm_head \
+    --variants default --configs "${CONFIGS:-c4u2b4,c4u1b4}" --no-tinygemm > "$out/targets-m1.log" 2>&1
+echo "targets M=1 exit $?"
+f=$(ls "$out"/targets-*.json 2>/dev/null | grep -v partial | head -1)
+[ -n "$f" ] && python3 -m bench.targets --table "$f" | tail -30 || tail -30 "$out/targets-m1.log"
+
+timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short \
+    tests/test_default_kernel.py tests/test_configurations.py -k "mma or decode_shapes or lm_head" \
+    > "$out/pytest-mma.log" 2>&1
+echo "pytest exit $?"; tail -4 "$out/pytest-mma.log"
+
+timeout "${TCM1_S:-90}" python3 -m bench.probe_tcm1 --out "$out" --configs "${TCM1:-w8b3u2,w8b3u2o}" \
+    --shapes 151936x2048 > "$out/tcm1.log" 2>&1
+echo "probe_tcm1 exit $?"; grep -v '^{' "$out/tcm1.log" | tail -8

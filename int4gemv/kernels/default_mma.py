@@ -1,0 +1,109 @@
+"""The default tiling's M = 1 fold on tensor cores (``DefaultConfig.mma``).
+
+The products and the group sums of one row leave the CUDA cores: a warp's 16 columns are the A
+operand of ``mma.sync.m16n8k16`` and the activations are spread over B's columns so that each
+column of D is one lane's partial sum over half a chunk.
+
+Mapping (the default tiling with ``lanes = 4``, ``cols = 2``: lane ``l = 4 g + t`` takes the
+columns ``g`` and ``g + 8`` of its column group and the chunks ``t, t + 4, ...`` of both)::
+
+    word w (8 elements) of the lane's chunk, half h (0, 1) of the word's re-paired pairs:
+        a0 = (q[2h] - zp, q[2h+4] - zp) of column g    a2 = (q[2h+1] - zp, q[2h+5] - zp)
+        a1, a3: the same of column g + 8                (exact fp16: :func:`.half2.dequant8`)
+        b0 = (x[2h], x[2h+4]), b1 = (x[2h+1], x[2h+5]) of the word's activations, held only by
+        the lane (g, t) with g == 2 t + w // 2 (every other lane holds zeros)
+    so B's column n = 2 t + w // 2 carries lane t's words w, and after a chunk's 8 mma lane
+    (g, t) holds D[g][2t], D[g][2t+1] (column g, its own chunk's halves: words 0-1, 2-3) and
+    D[g+8][2t], D[g+8][2t+1] (column g + 8): exactly the partial sums it has the scales for.
+
+The mma's k order is a permutation shared by A and B (lane t's four k positions are elements
+``2h, 2h+4, 2h+1, 2h+5`` of a word), which a dot product does not see. Per 8 elements of a
+column: 1 shift, 4 LOP3, 4 HFMA2 (the exact pairs, as the CUDA-core fold) and half an HMMA,
+where the CUDA-core fold also needs 4 HFMA2 of products and their fp16-to-float32 sums. The
+products are exact (fp16 times fp16 in float32) and summed in float32: more precise than the
+half2 fold's fp16 partial sums.
+
+Activations (B): read from the stage of :func:`.default_m1.stage_activations` (fp16 as it is,
+bf16 scaled into fp16 range), one ``LDS.128`` per word; a lane that does not feed B reads the
+stage's zero slot instead (one address for all of them: a broadcast), so no register is
+selected. Where the tiling does not stage the
+row (too few column groups per warp, K > ``STAGE_MAX_K``, a bf16 row out of the fp16 range),
+the step takes :func:`.default_m1.scalar_fold` (CUDA cores) instead. Tails as the tiling's:
+words past K and clamped chunks past the column get zeros.
+
+Every lane of the warp must call the fold together (``mma.sync.aligned``): the default tiling
+calls it in warp-uniform loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, float32
+
+from .default_m1 import CHUNK_STRIDE, ZERO_SLOT, scalar_fold
+from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, zero_point_constants
+from .mma import mma_f16
+
+__all__ = ["mma_fold", "LANES", "COLS"]
+
+#: The tiling the mapping needs: 4 lanes per column (lane t = chunk stripe t), 2 columns per lane.
+LANES = 4
+COLS = 2
+
+
+def mma_fold(config, load_act):
+    """The M = 1 tensor-core fold of ``config`` (a :class:`~.default_config.DefaultConfig` with
+    ``mma``): ``fold(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)``, the
+    signature and contract of :func:`.default_m1.scalar_fold`."""
+    if not (config.M == 1 and config.lanes == LANES and config.cols == COLS):
+        raise ValueError(f"the mma fold needs M = 1, lanes = {LANES}, cols = {COLS}; got {config}")
+    U, ZP, TWO_GROUPS = config.unroll, config.zero_points, config.block_size == 16
+    fold_scalar = scalar_fold(config, load_act)
+
+    @cuda.jit(device=True, inline=True)
+    def offsets(z):
+        return zero_point_constants(z) if ZP else (NO_ZP_LOW, NO_ZP_HIGH)
+
+    @cuda.jit(device=True, inline=True)
+    def b_operand(stage, j, w, feeds, valid):
+        """The re-paired activations of word ``w`` of chunk ``j`` from the stage; the stage's
+        zero slot unless the lane ``feeds`` B with them and they are ``valid`` (inside K):
+        one 16-byte read either way (an address select, no register select)."""
+        q = np.uint32(4) * (np.uint32(CHUNK_STRIDE // 4) * np.uint32(j) + np.uint32(w))
+        b = q if feeds and valid else np.uint32(ZERO_SLOT)
+        return (stage[b], stage[b + np.uint32(1)], stage[b + np.uint32(2)], stage[b + np.uint32(3)])
+
+    @cuda.jit(device=True, inline=True)
+    def fold_mma(stage, j0, nwords, nchunks, raw, sv, zv, acc, full):
+        lane = cuda.threadIdx.x % 32
+        g, t = lane // 4, lane % 4
+        for u in range(U):
+            j_raw = j0 + u * LANES
+            j = j_raw if full else min(j_raw, nchunks - 1)
+            d0 = d1 = d2 = d3 = float32(0.0)
+            for w in range(4):
+                h = w // 2 if TWO_GROUPS else 0
+                x = b_operand(stage, j, w, g == 2 * t + w // 2, full or 4 * j_raw + w < nwords)
+                lo0, hi0 = offsets(zv[0, u, h])
+                lo1, hi1 = offsets(zv[1, u, h])
+                p = dequant8(raw[0, u, w], lo0, hi0)     # (q0, q4), (q1, q5), (q2, q6), (q3, q7)
+                r = dequant8(raw[1, u, w], lo1, hi1)
+                d0, d1, d2, d3 = mma_f16(p[0], r[0], p[1], r[1], x[0], x[1], d0, d1, d2, d3)
+                d0, d1, d2, d3 = mma_f16(p[2], r[2], p[3], r[3], x[2], x[3], d0, d1, d2, d3)
+            if TWO_GROUPS:
+                acc[0, 0] += d0 * sv[0, u, 0] + d1 * sv[0, u, 1]
+                acc[0, 1] += d2 * sv[1, u, 0] + d3 * sv[1, u, 1]
+            else:
+                acc[0, 0] += (d0 + d1) * sv[0, u, 0]
+                acc[0, 1] += (d2 + d3) * sv[1, u, 0]
+
+    @cuda.jit(device=True, inline=True)
+    def fold(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half):
+        """One step's products into ``acc[0, 0..1]`` (see the module docstring); ``half``: the
+        row is staged (fp16 words)."""
+        if half:
+            fold_mma(stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
+        else:
+            fold_scalar(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)
+
+    return fold
