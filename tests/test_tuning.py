@@ -115,11 +115,18 @@ def test_tuning_and_shorthands_are_exclusive():
 ])
 def test_explain_says_why_the_default_tiling_chose_its_columns_and_unroll(rng, M, K, dtype, cols, unroll,
                                                                         cols_why, unroll_why):
-    # N = 9216: enough column groups that no SM count up to 132 halves the columns.
+    # N = 9216: enough column groups that no SM count up to 132 halves the columns; on a device
+    # of few SMs (the simulator's 1) enough for the tensor-core fold too, which says so.
+    from int4gemv.device import device_facts
+    from int4gemv.kernels.default_config import mma_pays
+
     w = ig.quantize(rng.standard_normal((9216, K)).astype(np.float32), 32, dtype=dtype)
     a = rng.standard_normal((M, K)).astype(w.dtype)
     plan = ig.explain(a, w)
     rows = {name: (value, source) for name, value, source in plan.sources}
+    if mma_pays(M, 9216, K, device_facts()[1]):
+        cols, cols_why = 2, "the tensor-core fold (mma.sync m16n8k16"
+        unroll_why = "2 chunks per lane step (each lane has 16"     # 64 chunks over 4 lanes
     assert plan.kernel == "default" and (rows["cols"][0], rows["unroll"][0]) == (cols, unroll)
     assert rows["cols"][1].startswith("default kernel's choice: ") and cols_why in rows["cols"][1]
     assert unroll_why in rows["unroll"][1] and unroll_why in str(plan)
@@ -131,8 +138,11 @@ def test_the_default_tiling_says_when_it_halved_its_columns_for_a_short_n():
     config = choose_config(1, 1024, 2048, 32, "float16", False, multiprocessors=132)
     why = choice_reasons(config, 1024, 2048, 132)
     assert config.cols == 1 and "halved to 1 so N = 1024 gives every one of 132 SMs 8 warps" in why["cols"]
-    wide = choose_config(1, 151936, 2048, 32, "float16", False, multiprocessors=132)
-    assert wide.cols == 4 and "halved" not in choice_reasons(wide, 151936, 2048, 132)["cols"]
+    wide = choose_config(1, 65536, 2048, 32, "float16", False, multiprocessors=132)
+    assert wide.cols == 4 and "halved" not in choice_reasons(wide, 65536, 2048, 132)["cols"]
+    lm_head = choose_config(1, 151936, 2048, 32, "float16", False, multiprocessors=132)
+    why = choice_reasons(lm_head, 151936, 2048, 132)["cols"]
+    assert lm_head.mma and "tensor-core fold" in why and "each of the 2112 warps >= 4 groups" in why
 
 
 def test_explain_shows_every_field_and_its_source(rng, monkeypatch):
