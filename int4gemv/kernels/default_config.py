@@ -126,7 +126,7 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     weight_vector = bool(weight_aligned16) and row_bytes % 16 == 0
     if cols is None and mma_pays(M, N, K, multiprocessors):
         per_lane = -(-K // 32 // MMA_LANES)
-        unroll = 1 if per_lane == 1 or _unroll_spills(M, dtype, zero_points) else 2
+        unroll = 1 if per_lane == 1 else 2      # no spills at 2, zero points included (ptxas)
         return DefaultConfig(dtype=str(dtype), M=1, block_size=int(block_size),
                              zero_points=bool(zero_points), cols=MMA_COLS, lanes=MMA_LANES,
                              unroll=unroll, warps=MMA_WARPS, blocks_per_sm=MMA_BLOCKS,
@@ -177,6 +177,9 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
         unroll = f"1: each lane has one chunk of its column (K = {K}, {config.lanes} lanes)"
     elif config.dtype == "bfloat16" and config.M > 1:
         unroll = "1 for bfloat16 at M > 1 (float32 pairs stay live; unroll 2 spilled on the H200)"
+    elif config.mma:
+        unroll = (f"2 chunks per lane step (each lane has {per_lane} chunks of its column; the "
+                  "tensor-core fold does not spill at 2, zero points included)")
     elif config.M == 1 and config.zero_points:
         unroll = "1 with zero points at M = 1 (their per-group constants made unroll 2 spill)"
     else:
