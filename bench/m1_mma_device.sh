@@ -3,8 +3,9 @@
 # important first, each stage bounded so that a short lease still returns the earlier ones
 # (everything under $OUT):
 #   1. bench.targets at M = 1 on lm_head (--quick formats, fp16 + bf16): the default tiling as
-#      chosen now (the mma fold) against the stream floor, and the CUDA-core configurations it
-#      replaces (c4u2b4: no zero points, c4u1b4: zero points) as probe rows in the same process;
+#      chosen now (the mma fold) against the stream floor, and, in a second process sharing the
+#      GPU, the CUDA-core configuration it replaces (c4u2b4) and the pipelined mma fold
+#      (c2l4u2b4pm) as probe rows, each against its own floor of the same run;
 #   2. the GPU tests of the fold (tests/test_default_kernel.py -k mma, the decode-shape choices
 #      of tests/test_configurations.py), on the GPU;
 #   3. the probe bench/probe_tcm1.py (the offset form, lm_head only).
@@ -15,11 +16,16 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 
-timeout "${M1_S:-240}" python3 -m bench.targets --out "$out" --quick --m 1 --shapes lm_head \
-    --variants default --configs "${CONFIGS:-c4u2b4,c4u1b4}" --no-tinygemm > "$out/targets-m1.log" 2>&1
-echo "targets M=1 exit $?"
-f=$(ls "$out"/targets-*.json 2>/dev/null | grep -v partial | head -1)
-[ -n "$f" ] && python3 -m bench.targets --table "$f" | tail -30 || tail -30 "$out/targets-m1.log"
+# two processes sharing the GPU through --gpu-lock (GPU work serialized, compiles overlapped)
+lock="$out/gpu.lock"; mkdir -p "$out/default" "$out/probes"
+timeout "${M1_S:-240}" python3 -m bench.targets --out "$out/default" --quick --m 1 --shapes lm_head \
+    --variants default --no-tinygemm --gpu-lock "$lock" > "$out/targets-m1-default.log" 2>&1 &
+timeout "${M1_S:-240}" python3 -m bench.targets --out "$out/probes" --quick --m 1 --shapes lm_head \
+    --variants none --configs "${CONFIGS:-c4u2b4,c2l4u2b4pm}" --no-tinygemm --gpu-lock "$lock" \
+    > "$out/targets-m1-probes.log" 2>&1 &
+wait
+grep -h "^floor\|^default\|^probe" "$out"/targets-m1-*.log | sort -s -k3,3
+for f in "$out"/default/targets-*.json; do [ -f "$f" ] && python3 -m bench.targets --table "$f" | tail -12; done
 
 timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short \
     tests/test_default_kernel.py tests/test_configurations.py -k "mma or decode_shapes or lm_head" \
