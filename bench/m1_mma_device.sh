@@ -3,9 +3,9 @@
 # important first, each stage bounded so that a short lease still returns the earlier ones
 # (everything under $OUT):
 #   1. bench.targets at M = 1 on lm_head (--quick formats, fp16 + bf16): the default tiling as
-#      chosen now (the mma fold) against the stream floor, and, in a second process sharing the
-#      GPU, the CUDA-core configuration it replaces (c4u2b4) and the pipelined mma fold
-#      (c2l4u2b4pm) as probe rows, each against its own floor of the same run;
+#      chosen (the CUDA-core fold while default_config.MMA_CHOSEN is off) against the stream
+#      floor, and, in a second process sharing the GPU, the mma fold (c2l4u2b4m) and its
+#      pipelined form (c2l4u2b4pm) as probe rows, each against its own floor of the same run;
 #   2. the GPU tests of the fold (tests/test_default_kernel.py -k mma, the decode-shape choices
 #      of tests/test_configurations.py), on the GPU;
 #   3. the probe bench/probe_tcm1.py (the offset form, lm_head only).
@@ -21,7 +21,7 @@ lock="$out/gpu.lock"; mkdir -p "$out/default" "$out/probes"
 timeout "${M1_S:-240}" python3 -m bench.targets --out "$out/default" --quick --m 1 --shapes lm_head \
     --variants default --no-tinygemm --gpu-lock "$lock" > "$out/targets-m1-default.log" 2>&1 &
 timeout "${M1_S:-240}" python3 -m bench.targets --out "$out/probes" --quick --m 1 --shapes lm_head \
-    --variants none --configs "${CONFIGS:-c4u2b4,c2l4u2b4pm}" --no-tinygemm --gpu-lock "$lock" \
+    --variants none --configs "${CONFIGS:-c2l4u2b4m,c2l4u2b4pm}" --no-tinygemm --gpu-lock "$lock" \
     > "$out/targets-m1-probes.log" 2>&1 &
 wait
 grep -h "^floor\|^default\|^probe" "$out"/targets-m1-*.log | sort -s -k3,3

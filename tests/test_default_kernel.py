@@ -355,7 +355,10 @@ def _mma(dtype, K, bs, zp, unroll=1, pipeline=False, pdl=False):
                          mma=True, pipeline=pipeline, pdl=pdl, weight_vector=rows16)
 
 
-def test_lm_head_takes_the_mma_fold_where_each_warp_has_groups_to_fold():
+def test_lm_head_takes_the_mma_fold_where_each_warp_has_groups_to_fold(monkeypatch):
+    # The rule, with the chooser's switch on (it ships off until a GPU run confirms the fold).
+    from int4gemv.kernels import default_config
+    monkeypatch.setattr(default_config, "MMA_CHOSEN", True)
     for dtype in DTYPES:
         for bs in ig.BLOCK_SIZES:
             for zp in (False, True):
@@ -366,6 +369,8 @@ def test_lm_head_takes_the_mma_fold_where_each_warp_has_groups_to_fold():
     assert not choose_config(2, 151936, 2048, 32, "float16", False).mma           # M > 1
     assert not choose_config(1, 151936, STAGE_MAX_K + 8, 32, "float16", False).mma  # not staged
     assert not choose_config(1, 12288, 2048, 32, "float16", False).mma   # gate_up: 768 groups
+    monkeypatch.setattr(default_config, "MMA_CHOSEN", False)
+    assert not choose_config(1, 151936, 2048, 32, "float16", False).mma
     with pytest.raises(ValueError, match="mma"):
         DefaultConfig("float16", 1, 32, False, cols=4, lanes=4, mma=True)
     with pytest.raises(ValueError, match="mma"):

@@ -132,9 +132,11 @@ def test_explain_says_why_the_default_tiling_chose_its_columns_and_unroll(rng, M
     assert unroll_why in rows["unroll"][1] and unroll_why in str(plan)
 
 
-def test_the_default_tiling_says_when_it_halved_its_columns_for_a_short_n():
+def test_the_default_tiling_says_when_it_halved_its_columns_for_a_short_n(monkeypatch):
+    from int4gemv.kernels import default_config
     from int4gemv.kernels.default import choice_reasons, choose_config
 
+    monkeypatch.setattr(default_config, "MMA_CHOSEN", True)    # the mma rule's explanation too
     config = choose_config(1, 1024, 2048, 32, "float16", False, multiprocessors=132)
     why = choice_reasons(config, 1024, 2048, 132)
     assert config.cols == 1 and "halved to 1 so N = 1024 gives every one of 132 SMs 8 warps" in why["cols"]

@@ -7,7 +7,8 @@ Configuration: :func:`~int4gemv.kernels.default.choose_config` fills what the
 4 or 8) and ``Tuning.unroll`` (chunks per lane per step: 1, 2 or 4) are honoured, and ``pdl``
 (a programmatic dependent launch); ``prefetch`` and ``activations`` are single-warp fields the
 default tiling does not use. At M = 1 with ``cols`` left open, large N takes the tensor-core fold
-(:func:`~int4gemv.kernels.default_config.mma_pays`; ``Tuning.cols`` set keeps the CUDA-core fold).
+once it is switched on (:func:`~int4gemv.kernels.default_config.mma_pays`,
+``MMA_CHOSEN``; ``Tuning.cols`` set keeps the CUDA-core fold).
 Activations are read 16 bytes at a time when their address is 16-byte aligned, else 2 bytes.
 """
 

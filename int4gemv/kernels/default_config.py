@@ -10,7 +10,7 @@ import numpy as np
 
 __all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES", "MAX_M", "COLS",
            "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS", "MMA_BLOCKS",
-           "STAGE_MAX_K", "STAGE_MIN_GROUPS"]
+           "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_CHOSEN"]
 
 DTYPES = ("float16", "bfloat16")
 MAX_M = 16
@@ -101,10 +101,20 @@ MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
 STAGE_MAX_K, STAGE_MIN_GROUPS = 4096, 4
 
 
+#: Whether :func:`choose_config` takes the mma fold where :func:`mma_pays`. Off until a GPU run
+#: shows it faster than the CUDA-core fold it would replace (bench/NOTES.md, session 13: no
+#: device could be started to time it); the fold itself is tested on the simulator and runs
+#: through ``python -m bench.targets --configs c2l4u2b4m``.
+MMA_CHOSEN = False
+
+
 def mma_pays(M, N, K, multiprocessors) -> bool:
-    """Whether :func:`choose_config` takes the M = 1 mma fold: one row, K <= the stage's, and
-    enough 16-column groups for each warp of the full persistent grid to fold
-    :data:`STAGE_MIN_GROUPS` of them (the stage is filled once per block: bench/NOTES.md)."""
+    """Whether :func:`choose_config` takes the M = 1 mma fold (with :data:`MMA_CHOSEN`): one
+    row, K <= the stage's, and enough 16-column groups for each warp of the full persistent grid
+    to fold :data:`STAGE_MIN_GROUPS` of them (the stage is filled once per block:
+    bench/NOTES.md)."""
+    if not MMA_CHOSEN:
+        return False
     groups = -(-N // (32 // MMA_LANES * MMA_COLS))
     stride = MMA_WARPS * MMA_BLOCKS * multiprocessors
     return M == 1 and K <= STAGE_MAX_K and groups >= STAGE_MIN_GROUPS * stride
