@@ -33,116 +33,9 @@ import time
 
 import numpy as np
 
-__all__ = ["main", "probe_intrinsics", "install_f16", "f16_bits"]
+from .probe_ptx import launch_and_time, probe_intrinsics, ptx_to_sass
 
-
-def probe_intrinsics():
-    """Device-only inline PTX. Shared-memory operands are 32-bit shared addresses (``uint32``),
-    computed once from an array by ``smem_base`` and advanced in plain integer arithmetic."""
-    from llvmlite import ir
-    from numba import types
-    from numba.core.extending import intrinsic
-
-    i32, i64 = ir.IntType(32), ir.IntType(64)
-
-    def u32(context, builder, value, ty):
-        return context.cast(builder, value, ty, types.uint32)
-
-    def void_call(builder, text, constraints, args, argtypes):
-        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), argtypes), text,
-                           constraints + (",~{memory}" if constraints else "~{memory}"),
-                           side_effect=True)
-        builder.call(asm, args)
-
-    @intrinsic
-    def smem_base(typingctx, array):
-        def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            generic = builder.ptrtoint(ary.data, i64)
-            cvta = ir.InlineAsm(ir.FunctionType(i64, [i64]), "cvta.to.shared.u64 $0, $1;", "=l,l")
-            return builder.trunc(builder.call(cvta, [generic]), i32)
-        return types.uint32(array), codegen
-
-    def _op1(text):
-        def fn(typingctx, a):
-            def codegen(context, builder, sig, args):
-                void_call(builder, text, "r", [u32(context, builder, args[0], sig.args[0])], [i32])
-                return context.get_dummy_value()
-            return types.void(a), codegen
-        return intrinsic(fn)
-
-    def _op2(text):
-        def fn(typingctx, a, b):
-            def codegen(context, builder, sig, args):
-                vals = [u32(context, builder, v, t) for v, t in zip(args, sig.args)]
-                void_call(builder, text, "r,r", vals, [i32, i32])
-                return context.get_dummy_value()
-            return types.void(a, b), codegen
-        return intrinsic(fn)
-
-    mbar_init = _op2("mbarrier.init.shared::cta.b64 [$0], $1;")
-    mbar_expect = _op2("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;")
-    mbar_arrive = _op1("mbarrier.arrive.shared::cta.b64 _, [$0];")
-    mbar_wait = _op2(
-        "{\n.reg .pred p;\nLAB_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n"
-        "@p bra DONE;\nbra LAB_WAIT;\nDONE:\n}")
-
-    @intrinsic
-    def fence_init(typingctx):
-        def codegen(context, builder, sig, args):
-            void_call(builder, "fence.mbarrier_init.release.cluster; fence.proxy.async.shared::cta;",
-                      "", [], [])
-            return context.get_dummy_value()
-        return types.void(), codegen
-
-    @intrinsic
-    def bulk_copy(typingctx, dst, src, src_i, nbytes, bar):
-        def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[1])(context, builder, args[1])
-            idx = context.cast(builder, args[2], sig.args[2], types.int64)
-            s = builder.ptrtoint(builder.gep(ary.data, [idx]), i64)
-            void_call(builder, "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                      "[$0], [$1], $2, [$3];", "r,l,r,r",
-                      [u32(context, builder, args[0], sig.args[0]), s,
-                       u32(context, builder, args[3], sig.args[3]),
-                       u32(context, builder, args[4], sig.args[4])], [i32, i64, i32, i32])
-            return context.get_dummy_value()
-        return types.void(dst, src, src_i, nbytes, bar), codegen
-
-    @intrinsic
-    def lds128(typingctx, addr):
-        ret = types.UniTuple(types.uint32, 4)
-
-        def codegen(context, builder, sig, args):
-            st = ir.LiteralStructType([i32] * 4)
-            asm = ir.InlineAsm(ir.FunctionType(st, [i32]), "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];",
-                               "=r,=r,=r,=r,r,~{memory}", side_effect=True)
-            r = builder.call(asm, [u32(context, builder, args[0], sig.args[0])])
-            return context.make_tuple(builder, ret, [builder.extract_value(r, k) for k in range(4)])
-        return ret(addr), codegen
-
-    @intrinsic
-    def lds16(typingctx, addr):
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(16), [i32]), "ld.shared.u16 $0, [$1];",
-                               "=h,r,~{memory}", side_effect=True)
-            v = builder.call(asm, [u32(context, builder, args[0], sig.args[0])])
-            return builder.zext(v, i32)
-        return types.uint32(addr), codegen
-
-    @intrinsic
-    def pack_pinned(typingctx, lo, hi):
-        """``lo | hi << 16`` (low halves) through a volatile ``prmt``: computed where it is
-        written, never re-done inside a loop by the compiler."""
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]), "prmt.b32 $0, $1, $2, 0x5410;",
-                               "=r,r,r", side_effect=True)
-            return builder.call(asm, [u32(context, builder, v, t) for v, t in zip(args, sig.args)])
-        return types.uint32(lo, hi), codegen
-
-    return dict(pack_pinned=pack_pinned, smem_base=smem_base, mbar_init=mbar_init, fence_init=fence_init, mbar_expect=mbar_expect,
-                mbar_arrive=mbar_arrive, mbar_wait=mbar_wait, bulk_copy=bulk_copy, lds128=lds128,
-                lds16=lds16)
+__all__ = ["main"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -156,7 +49,7 @@ def bulk_kernel(C: int, NW: int, S: int, K: int, blocks_per_sm: int, fold: bool 
     f = probe_intrinsics()
     smem_base, mbar_init, fence_init, mbar_expect = f["smem_base"], f["mbar_init"], f["fence_init"], f["mbar_expect"]
     mbar_arrive, mbar_wait, bulk_copy = f["mbar_arrive"], f["mbar_wait"], f["bulk_copy"]
-    lds128, lds16, pack_pinned = f["lds128"], f["lds16"], f["pack_pinned"]
+    lds128, lds16, pack_pinned, f16 = f["lds128"], f["lds16"], f["pack_pinned"], f["f16"]
     assert K % 1024 == 0 and C % NW == 0
     KB = K // 2                       # bytes of one column
     G = K // 32                       # groups (scales) of one column
@@ -244,7 +137,7 @@ def bulk_kernel(C: int, NW: int, S: int, K: int, blocks_per_sm: int, fold: bool 
                                 acc1 = half2_fma(hi0, acts[a + 1], acc1)
                                 acc1 = half2_fma(lo1, acts[a + 2], acc1)
                                 acc1 = half2_fma(hi1, acts[a + 3], acc1)
-                        total += (half2_sum(acc0) + half2_sum(acc1)) * f16_bits(sc)
+                        total += (half2_sum(acc0) + half2_sum(acc1)) * f16(sc)
                     else:
                         total += float32(w4[0] ^ w4[1] ^ w4[2] ^ w4[3] ^ sc)
                 part[c] = total
@@ -266,27 +159,6 @@ def bulk_kernel(C: int, NW: int, S: int, K: int, blocks_per_sm: int, fold: bool 
     return kernel, THREADS, S * (SW * 4 + SS * 2) + 16 * S
 
 
-def f16_bits(bits):
-    raise RuntimeError("replaced at import")
-
-
-def install_f16():
-    """``f16_bits(uint16 bits) -> float32``: an fp16 scale's value (cvt.f32.f16)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.core.extending import intrinsic
-
-    @intrinsic
-    def f16(typingctx, bits):
-        def codegen(context, builder, sig, args):
-            v = builder.trunc(context.cast(builder, args[0], sig.args[0], types.uint32), ir.IntType(16))
-            asm = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [ir.IntType(16)]),
-                               "cvt.f32.f16 $0, $1;", "=f,h")
-            return builder.call(asm, [v])
-        return types.float32(bits), codegen
-    globals()["f16_bits"] = f16
-
-
 _SPEC = re.compile(r"c(\d+)w(\d+)s(\d+)b(\d+)")
 
 
@@ -298,30 +170,17 @@ def parse(spec: str) -> tuple:
 
 
 def sass(spec: str, K: int, out_dir: str, fold: bool = True) -> dict:
-    """Offline: PTX on this machine (compute_90), ptxas -v, nvdisasm; registers, spills, size."""
-    import subprocess
-    import tempfile
+    """Offline SASS of one configuration (:func:`.probe_ptx.ptx_to_sass`): registers, spills, size."""
+    from numba import types
 
-    from numba import cuda, types
-    from numba.cuda.cudadrv import nvrtc
-
-    nvrtc.get_arch_option = lambda major, minor: f"compute_{major}{minor}"
     C, NW, S, B = parse(spec)
     kern, threads, smem = bulk_kernel(C, NW, S, K, B, fold)
     sig = (types.Array(types.uint32, 1, "C"), types.Array(types.uint16, 1, "C"),
            types.Array(types.uint16, 1, "C"), types.Array(types.float32, 1, "C"), types.int64)
-    ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0), launch_bounds=(threads, B))
-    tmp = tempfile.mkdtemp()
-    p = os.path.join(tmp, "k.ptx")
-    open(p, "w").write(ptx)
-    r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", p, "-o", p + ".cubin"], capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(r.stderr[-3000:])
-    listing = subprocess.run(["nvdisasm", "-c", p + ".cubin"], capture_output=True, text=True).stdout
-    os.makedirs(out_dir, exist_ok=True)
-    open(os.path.join(out_dir, f"sass-bulk-{spec}{'' if fold else '-nofold'}.txt"), "w").write(listing)
-    regs = re.search(r"Used (\d+) registers", r.stderr)
-    return {"spec": spec, "ptxas": r.stderr.strip().splitlines()[-2:], "regs": regs and int(regs.group(1)),
+    name = f"sass-bulk-{spec}{'' if fold else '-nofold'}.txt"
+    report, listing = ptx_to_sass(kern.py_func, sig, threads, B, os.path.join(out_dir, name))
+    regs = re.search(r"Used (\d+) registers", "\n".join(report))
+    return {"spec": spec, "ptxas": report[-2:], "regs": regs and int(regs.group(1)),
             "static": len(re.findall(r"/\*[0-9a-f]{4,}\*/\s", listing)), "smem": smem}
 
 
@@ -334,7 +193,6 @@ def main(argv=None) -> int:
     p.add_argument("--sass", default=None, help="offline SASS only, into this folder (no GPU)")
     args = p.parse_args(argv)
     N, K = (int(v) for v in args.shape.split("x"))
-    install_f16()
     if args.sass:
         for spec in args.configs.split(","):
             print(json.dumps(sass(spec, K, args.sass)))
@@ -343,7 +201,6 @@ def main(argv=None) -> int:
 
     import int4gemv
     from int4gemv.benchmark import GemvBench
-    from int4gemv.launcher import bind
 
     rng = np.random.default_rng(7)
     w = int4gemv.quantize((rng.standard_normal((N, K)) * 0.05).astype(np.float16), block_size=32)
@@ -367,20 +224,9 @@ def main(argv=None) -> int:
                     kern, threads, smem = bulk_kernel(C, NW, S, K, B, fold)
                     tiles = N // C
                     grid = min(tiles, sms * B)
-                    ops = [(d["words_flat"], d["scales_flat"]) for d in (q.device_arrays() for q in bench.weights)]
-
-                    launches = [bind(kern, (wd, sd, x16, out, tiles), (grid, 1, 1), (threads, 1, 1))
-                                for wd, sd in ops]
-
-                    def issue(i, stream, launches=launches):
-                        launches[i % len(launches)].launch(int(stream or 0))
-
-                    out.copy_to_device(np.full(N, np.nan, np.float32))
-                    issue(0, 0)
-                    cuda.synchronize()
-                    y = out.copy_to_host()
+                    y, t = launch_and_time(bench, kern, lambda d: (d["words_flat"], d["scales_flat"], x16, out, tiles),
+                                           grid, threads, out, args.replays)
                     err = float(np.linalg.norm(y - bench.ref[0]) / np.linalg.norm(bench.ref[0])) if fold else None
-                    t = bench.graph_timer(issue, max(len(ops), 20), args.replays)
                     rows.append({"method": f"bulk {spec}{'' if fold else ' nofold'}", "us": t.us,
                                  "p10": t.p10_us, "p90": t.p90_us, "rel_err": err, "smem": smem,
                                  "grid": grid, "compile_s": round(time.time() - t0, 1)})

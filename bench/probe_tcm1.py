@@ -39,7 +39,7 @@ import re
 
 import numpy as np
 
-from .probe_bulk import install_f16, probe_intrinsics
+from .probe_ptx import launch_and_time, probe_intrinsics, ptx_to_sass
 
 __all__ = ["main"]
 
@@ -58,11 +58,9 @@ def tcm1_kernel(NW: int, B: int, U: int, K: int, offset: bool = False):
     from int4gemv.kernels.mma import mma_f16
     from int4gemv.kernels.vector_loads import load4, load16
 
-    from . import probe_bulk
 
     f = probe_intrinsics()
-    smem_base, lds128, pack_pinned = f["smem_base"], f["lds128"], f["pack_pinned"]
-    f16 = probe_bulk.f16_bits
+    smem_base, lds128, pack_pinned, f16 = f["smem_base"], f["lds128"], f["pack_pinned"], f["f16"]
     assert K % 128 == 0 and (K // 128) % U == 0
     STEPS = K // 128
     KW = K // 8                      # uint32 words per column
@@ -184,31 +182,16 @@ def parse(spec: str) -> tuple:
 
 
 def sass(spec: str, K: int, out_dir: str) -> dict:
-    """Offline (no GPU): PTX here (compute_90), ptxas -v, nvdisasm."""
-    import subprocess
-    import tempfile
+    """Offline SASS of one configuration (:func:`.probe_ptx.ptx_to_sass`)."""
+    from numba import types
 
-    from numba import cuda, types
-    from numba.cuda.cudadrv import nvrtc
-
-    nvrtc.get_arch_option = lambda major, minor: f"compute_{major}{minor}"
     NW, B, U, offset = parse(spec)
     kern, threads = tcm1_kernel(NW, B, U, K, offset)
     u32, u16 = types.Array(types.uint32, 1, "C"), types.Array(types.uint16, 1, "C")
     sig = (u32, u16, u16, types.Array(types.float32, 1, "C"), types.int64)
-    ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0), launch_bounds=(threads, B))
-    tmp = tempfile.mkdtemp()
-    p = os.path.join(tmp, "k.ptx")
-    open(p, "w").write(ptx)
-    r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", p, "-o", p + ".cubin"], capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(r.stderr[-3000:])
-    listing = subprocess.run(["nvdisasm", "-c", p + ".cubin"], capture_output=True, text=True).stdout
-    os.makedirs(out_dir, exist_ok=True)
-    open(os.path.join(out_dir, f"sass-tcm1-{spec}.txt"), "w").write(listing)
-    return {"spec": spec, "ptxas": r.stderr.strip().splitlines()[-2:],
-            "static": len(re.findall(r"/\*[0-9a-f]{4,}\*/\s", listing)),
-            "hmma": listing.count("HMMA")}
+    report, listing = ptx_to_sass(kern.py_func, sig, threads, B, os.path.join(out_dir, f"sass-tcm1-{spec}.txt"))
+    return {"spec": spec, "ptxas": report[-2:],
+            "static": len(re.findall(r"/\*[0-9a-f]{4,}\*/\s", listing)), "hmma": listing.count("HMMA")}
 
 
 def run_shape(N: int, K: int, configs: list, replays: int) -> dict:
@@ -217,7 +200,6 @@ def run_shape(N: int, K: int, configs: list, replays: int) -> dict:
 
     import int4gemv
     from int4gemv.benchmark import GemvBench
-    from int4gemv.launcher import bind
 
     rng = np.random.default_rng(7)
     w = int4gemv.quantize((rng.standard_normal((N, K)) * 0.05).astype(np.float16), block_size=32)
@@ -237,20 +219,11 @@ def run_shape(N: int, K: int, configs: list, replays: int) -> dict:
                 kern, threads = tcm1_kernel(NW, B, U, K, offset)
                 tiles = N // 16
                 grid = min(-(-tiles // NW), sms * B)
-                launches = [bind(kern, (d["words_flat"], d["scales_flat"].view(np.uint16), x16, out, tiles),
-                                 (grid, 1, 1), (threads, 1, 1))
-                            for d in (q.device_arrays() for q in bench.weights)]
-
-                def issue(i, stream, launches=launches):
-                    launches[i % len(launches)].launch(int(stream or 0))
-
-                out.copy_to_device(np.full(N, np.nan, np.float32))
-                issue(0, 0)
-                cuda.synchronize()
-                y = out.copy_to_host()
+                y, t = launch_and_time(
+                    bench, kern, lambda d: (d["words_flat"], d["scales_flat"].view(np.uint16), x16, out, tiles),
+                    grid, threads, out, replays)
                 bad = ~np.isclose(y, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
                 err = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
-                t = bench.graph_timer(issue, max(len(launches), 20), replays)
                 rows.append({"method": f"tcm1 {spec}", "us": t.us, "p10": t.p10_us, "p90": t.p90_us,
                              "rel_err": err, "bad_columns": int(bad.sum()), "grid": grid})
             except Exception as exc:  # noqa: BLE001 - a probe row records its failure
@@ -275,7 +248,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     configs = args.configs.split(",")
-    install_f16()
     if args.sass:
         for spec in configs:
             print(json.dumps(sass(spec, shapes[0][1], args.sass)))
