@@ -23,7 +23,8 @@ from numba import cuda
 import int4gemv as ig
 from int4gemv.device import simulated
 from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
-from int4gemv.kernels.default_m1 import CHUNK_STRIDE, STAGE_MAX_K, half_range_pays
+from int4gemv.kernels.default_config import STAGE_MAX_K
+from int4gemv.kernels.default_m1 import CHUNK_STRIDE, half_range_pays
 
 BF16 = ml_dtypes.bfloat16
 SIMULATED = simulated()

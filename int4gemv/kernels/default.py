@@ -32,12 +32,13 @@ spilled; bench/NOTES.md).
 Arithmetic, M > 1 (:mod:`.default_batch`): byte ``b`` of a word becomes the exact fp16 pair
 ``(q[2b] - zp, q[2b+1] - zp)`` with one PRMT, one LOP3 and one HFMA2 (:mod:`.nibble_pairs`);
 these pairs line up with activations as they lie in memory, so each row costs one
-``fma.rn.f16x2`` per pair (fp16), or float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the re-paired dequant (no PRMT) and the
-activations re-paired once per chunk for all columns, about 2.6 instructions per element (fp16,
-SASS); with ``config.mma`` (:mod:`.default_mma`) the products and group sums on tensor cores. fp16 sums 8 products per half in fp16, then float32; bf16 at M > 1 multiplies and
-accumulates in float32, at M = 1 it takes the fp16 arithmetic on the row scaled by a power of
-two (converted once per block into shared memory, in grids of several column groups per warp;
-else float32). Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
+``fma.rn.f16x2`` per pair (fp16), or float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the
+re-paired dequant (no PRMT) and the activations re-paired once per chunk for all columns, about
+2.6 instructions per element (fp16, SASS); with ``config.mma`` (:mod:`.default_mma`) the
+products and group sums on tensor cores. fp16 sums 8 products per half in fp16, then float32;
+bf16 at M > 1 multiplies and accumulates in float32, at M = 1 it takes the fp16 arithmetic on
+the row scaled by a power of two (converted once per block into shared memory, in grids of
+several column groups per warp; else float32). Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
 
 Tails. A word (8 elements) past K gets zero activations (never loaded), so the padding nibbles
 of a last partial block add exactly 0; chunk indices past the column are clamped to a valid
@@ -52,9 +53,9 @@ from numba import cuda, float32
 
 from . import bf16
 from .default_batch import batch_fold
-from .default_config import (COLS, DTYPES, LANES, MAX_M, UNROLLS, DefaultConfig, choice_reasons,
-                             choose_config, geometry)
-from .default_m1 import STAGE_MAX_K, STAGE_WORDS, half_range_pays, scalar_fold, stage_activations
+from .default_config import (COLS, DTYPES, LANES, MAX_M, STAGE_MAX_K, UNROLLS, DefaultConfig,
+                             choice_reasons, choose_config, geometry)
+from .default_m1 import STAGE_WORDS, half_range_pays, scalar_fold, stage_activations
 from .default_mma import mma_fold
 from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset

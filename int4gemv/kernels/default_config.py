@@ -96,8 +96,9 @@ def _unroll_spills(M, dtype, zero_points) -> bool:
 #: The mma fold's tiling (:mod:`.default_mma`): 4 lanes per column, 2 columns per lane, 4 warps
 #: per block, 4 blocks per SM (128 registers a thread).
 MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
-#: The longest row the M = 1 stage holds and the column groups each warp must fold for the
-#: stage to pay (:mod:`.default_m1` documents and uses both: ``STAGE_MAX_K``, ``HALF_MIN_GROUPS``).
+#: The longest activation row the M = 1 stage holds (hidden sizes up to 4096; longer rows fold
+#: in float32 (bf16) or with the activations from global memory (fp16)), and the column groups
+#: each warp must fold for the stage to pay (:mod:`.default_m1`: ``HALF_MIN_GROUPS``, why).
 STAGE_MAX_K, STAGE_MIN_GROUPS = 4096, 4
 
 

@@ -10,14 +10,15 @@ in fp16 before float32, as the M > 1 fold does.
 
 bf16 takes the same fp16 arithmetic on its row scaled by a power of two (:mod:`.bf16`: the
 largest ``|a|`` lands in ``[128, 256)``, the results are scaled back in float32), in grids of at
-least :data:`HALF_MIN_GROUPS` column groups per warp and K <= :data:`STAGE_MAX_K`: each block finds
-the row's largest magnitude, then converts the whole row once into the re-paired, scaled fp16
-words (8 shifts/masks, 8 FMUL and 4 ``cvt.rn.f16x2.f32`` per 8 activations) in shared memory; every
-step then reads its words there (:func:`stage_activations`), so a bf16 word costs what an fp16
-word costs, less fp16's PRMT. A row outside the scale's range (:data:`.bf16.MAX_SHIFT`, NaN and
-infinities included) and every other bf16 M = 1 grid fold in float32 instead:
-the exact fp16 pairs converted to float32 (one HADD2.F32 per
-element) times the activations' float32 values in FFMA.
+least :data:`HALF_MIN_GROUPS` column groups per warp and K <= ``STAGE_MAX_K``
+(:mod:`.default_config`): each block finds the row's largest magnitude, then converts the whole
+row once into the re-paired, scaled fp16 words (8 shifts/masks, 8 FMUL and 4
+``cvt.rn.f16x2.f32`` per 8 activations) in shared memory; every step then reads its words there
+(:func:`stage_activations`), so a bf16 word costs what an fp16 word costs, less fp16's PRMT. A
+row outside the scale's range (:data:`.bf16.MAX_SHIFT`, NaN and infinities included) and every
+other bf16 M = 1 grid fold in float32 instead: the exact fp16 pairs converted to float32 (one
+HADD2.F32 per element) times the activations' float32 values in FFMA. The same stage (fp16 rows
+too) feeds the tensor-core fold, :mod:`.default_mma`.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
-from .default_config import STAGE_MAX_K as CONFIG_STAGE_MAX_K
-from .default_config import STAGE_MIN_GROUPS
+from .default_config import STAGE_MAX_K, STAGE_MIN_GROUPS
 from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point_constants
 from .intrinsics import half2_sum, shfl_xor
 from .nibble_pairs import half_high, half_low
 
 __all__ = ["scalar_fold", "stage_activations", "half_range_pays", "HALF_MIN_GROUPS",
-           "STAGE_MAX_K", "STAGE_WORDS", "CHUNK_STRIDE", "ZERO_SLOT"]
+           "STAGE_WORDS", "CHUNK_STRIDE", "ZERO_SLOT"]
 
 _U0, _U1, _U2, _U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
 _ALL = np.uint32(0xFFFFFFFF)
@@ -45,9 +45,6 @@ _ALL = np.uint32(0xFFFFFFFF)
 #: bench/NOTES.md). lm_head's warps fold 18 groups (37984 groups of 4 columns over 2112 warps),
 #: the other decode shapes' at most 2. (Defined in :mod:`.default_config`, which chooses by it.)
 HALF_MIN_GROUPS = STAGE_MIN_GROUPS
-#: The longest activation row staged in shared memory (hidden sizes up to 4096; longer rows fold
-#: in float32 (bf16) or from global memory (fp16)).
-STAGE_MAX_K = CONFIG_STAGE_MAX_K
 #: Words between two chunks' 16 staged words: 20, a multiple of 4, so that a group's 4 words are
 #: 16-byte aligned and read with one ``LDS.128`` (the stage is allocated 16-byte aligned on the
 #: GPU), and the 8 lanes of a quarter-warp, reading chunks ``s .. s + 7``, start at banks
@@ -77,7 +74,7 @@ def stage_activations(config, load_act):
     1 where the row is out of range and not staged), two passes over the row: its largest
     magnitude (each warp's by shuffles, the block's through ``stage[STAGE_WORDS + warp]``), then
     the conversion. fp16: one pass, the words as they are (always ``(True, 1.0)``). Every thread
-    of the block must call it (two barriers for bf16, one for fp16); K <= :data:`STAGE_MAX_K`;
+    of the block must call it (two barriers for bf16, one for fp16); K <= :data:`.default_config.STAGE_MAX_K`;
     ``stage`` holds ``STAGE_WORDS + warps`` words."""
     THREADS, WARPS = 32 * config.warps, config.warps
     F16 = config.dtype == "float16"

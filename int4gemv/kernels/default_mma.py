@@ -26,10 +26,10 @@ half2 fold's fp16 partial sums.
 Activations (B): read from the stage of :func:`.default_m1.stage_activations` (fp16 as it is,
 bf16 scaled into fp16 range), one ``LDS.128`` per word; a lane that does not feed B reads the
 stage's zero slot instead (one address for all of them: a broadcast), so no register is
-selected. Where the tiling does not stage the
-row (too few column groups per warp, K > ``STAGE_MAX_K``, a bf16 row out of the fp16 range),
-the step takes :func:`.default_m1.scalar_fold` (CUDA cores) instead. Tails as the tiling's:
-words past K and clamped chunks past the column get zeros.
+selected. Where the tiling does not stage the row (too few column groups per warp,
+K > ``STAGE_MAX_K``, a bf16 row out of the fp16 range), the step takes
+:func:`.default_m1.scalar_fold` (CUDA cores) instead. Tails as the tiling's: words past K and
+clamped chunks past the column get zeros.
 
 Every lane of the warp must call the fold together (``mma.sync.aligned``): the default tiling
 calls it in warp-uniform loops.
