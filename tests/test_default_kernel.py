@@ -431,3 +431,12 @@ def test_mma_fold_is_taken_where_the_row_is_staged(rng, monkeypatch):
     y, _ = run(a, w, bias, "bfloat16", config=_mma("bfloat16", 72, 32, False), multiprocessors=1)
     check(y, a, w, bias, "bfloat16")
     assert calls or not SIMULATED
+
+
+def test_mma_fold_with_unaligned_activations_stages_them_element_by_element(rng):
+    # act_vector False (an activation row not 16-byte aligned): the stage fill reads 2 bytes at
+    # a time; the fold itself reads only the stage.
+    a, w, bias = make(rng, 69, 104, 32, True, 1, "float16")
+    config = DefaultConfig(**{**_mma("float16", 104, 32, True, unroll=2).__dict__, "act_vector": False})
+    y, _ = run(a, w, bias, "float16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "float16")
