@@ -8,7 +8,10 @@
 #      pipelined form (c2l4u2b4pm) as probe rows, each against its own floor of the same run;
 #   2. the GPU tests of the fold (tests/test_default_kernel.py -k mma, the decode-shape choices
 #      of tests/test_configurations.py), on the GPU;
-#   3. the probe bench/probe_tcm1.py (the offset form, lm_head only).
+#   3. the probe bench/probe_tcm1.py (the offset form, lm_head only);
+#   4. the small shapes' grid balance (bench/NOTES.md "Session 13: wave quantization"): gate_up
+#      and down, fp16 bs 32, the default rows against probes with balanced rounds or more bytes
+#      per warp step.
 # Usage (repository root, CUDA machine): OUT=DIR bench/m1_mma_device.sh
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
@@ -35,3 +38,8 @@ echo "pytest exit $?"; tail -4 "$out/pytest-mma.log"
 timeout "${TCM1_S:-90}" python3 -m bench.probe_tcm1 --out "$out" --configs "${TCM1:-w8b3u2,w8b3u2o}" \
     --shapes 151936x2048 > "$out/tcm1.log" 2>&1
 echo "probe_tcm1 exit $?"; grep -v '^{' "$out/tcm1.log" | tail -8
+
+timeout "${SMALL_S:-120}" python3 -m bench.targets --out "$out/small" --quick --m 1 --shapes gate_up,down \
+    --dtypes float16 --variants default --no-tinygemm --configs "${SMALL:-c4u2b3,c2u2b4,c1u4b8,c1u2b8p}" \
+    --config-shapes gate_up,down > "$out/targets-m1-small.log" 2>&1
+echo "small shapes exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-small.log"
