@@ -6,13 +6,14 @@ lane down to 1 for any small N, so what the H200 runs on the decode shapes (``co
 lm_head, 2 on gate/up, lanes 32, unroll 2 or 1, blocks per SM 8/4/2, M compiled in) would
 otherwise never run in CI. Here:
 
-* the default tiling: each distinct ``(cols, lanes, unroll, blocks_per_sm, dtype)`` that
+* the default tiling: each distinct ``(cols, lanes, unroll, blocks_per_sm, dtype, mma)`` that
   ``choose_config`` picks for the decode workload's shapes on a 132-SM GPU at the batches the
   dispatcher gives it (M = 1; larger batches run on tensor cores), derived at collection time so
   a change of ``choose_config`` changes what runs, forced through ``gemv(..., tuning=Tuning(
   "default", cols=, unroll=))`` at a K that gives the same lanes and chunks per lane, N = two
-  column groups + 1 (a partial group); plus every ``Tuning`` ``cols`` x ``unroll`` the default
-  tiling accepts;
+  column groups + 1 (a partial group) — the mma fold (``default_config.MMA_CHOSEN``) chosen,
+  not forced: ``cols`` left open and N large enough for the device's grid; plus every ``Tuning``
+  ``cols`` x ``unroll`` the default tiling accepts;
 * the single-warp kernel: every compiled ``(cols, unroll)`` in both activation modes, and with
   ``pdl``/``prefetch``.
 
@@ -30,9 +31,9 @@ from numba import cuda
 
 import int4gemv as ig
 from int4gemv.descriptors import tensor_core
-from int4gemv.kernels import single_warp
 from int4gemv.device import device_facts
 from int4gemv.kernels import default_config as dc
+from int4gemv.kernels import single_warp
 from int4gemv.kernels.default import COLS, UNROLLS, choose_config
 
 U = 2.0 ** -11
