@@ -400,33 +400,36 @@ def test_mma_fold_k_tails(rng, K):
     check(y, a, w, bias, "float16")
 
 
+def _count_mma_calls(monkeypatch):
+    """A list that gets one entry per ``mma_f16`` call of the fold (simulator only: on the GPU the
+    kernel is compiled and the list stays empty)."""
+    from int4gemv.kernels import default_mma
+    calls = []
+    if SIMULATED:
+        real = default_mma.mma_f16
+        monkeypatch.setattr(default_mma, "mma_f16", lambda *args: calls.append(1) or real(*args))
+    return calls
+
+
 @pytest.mark.parametrize("case", ["bf16 out of range", "few groups", "long row"])
 def test_mma_config_folds_on_cuda_cores_where_the_row_is_not_staged(rng, monkeypatch, case):
     # A bf16 row past the fp16 range (scale 2**45), a grid whose warps have too few groups for
     # the stage (N = 37: 3 groups), K > STAGE_MAX_K: the same config takes the scalar fold. On the
     # simulator the mma calls are counted: none.
-    from int4gemv.kernels import default_mma
     dtype = "bfloat16" if case == "bf16 out of range" else "float16"
     N, K = (37, 72) if case == "few groups" else (69, STAGE_MAX_K + 40 if case == "long row" else 72)
     a, w, bias = make(rng, N, K, 32, False, 1, dtype)
     if case == "bf16 out of range":
         a = (a.astype(np.float64) * 2.0 ** 45).astype(BF16)
         bias = (bias.astype(np.float64) * 2.0 ** 45).astype(BF16)
-    calls = []
-    if SIMULATED:
-        real = default_mma.mma_f16
-        monkeypatch.setattr(default_mma, "mma_f16", lambda *args: calls.append(1) or real(*args))
+    calls = _count_mma_calls(monkeypatch)
     y, _ = run(a, w, bias, dtype, config=_mma(dtype, K, 32, False), multiprocessors=1)
     check(y, a, w, bias, dtype)
     assert not calls
 
 
 def test_mma_fold_is_taken_where_the_row_is_staged(rng, monkeypatch):
-    from int4gemv.kernels import default_mma
-    calls = []
-    if SIMULATED:
-        real = default_mma.mma_f16
-        monkeypatch.setattr(default_mma, "mma_f16", lambda *args: calls.append(1) or real(*args))
+    calls = _count_mma_calls(monkeypatch)
     a, w, bias = make(rng, 69, 72, 32, False, 1, "bfloat16")
     y, _ = run(a, w, bias, "bfloat16", config=_mma("bfloat16", 72, 32, False), multiprocessors=1)
     check(y, a, w, bias, "bfloat16")
