@@ -147,6 +147,21 @@ def test_the_default_tiling_says_when_it_halved_its_columns_for_a_short_n(monkey
     assert lm_head.mma and "tensor-core fold" in why and "each of the 2112 warps >= 4 groups" in why
 
 
+@pytest.mark.parametrize("M, K, cols, warps", [
+    (1, 4096, 1, 8),     # 2 steps a column (32 lanes, unroll 2): the 8-warp target
+    (1, 6144, 2, 4),     # 3 steps (down): 4 warps per SM, so 2 columns per lane stay
+    (1, 6160, 2, 4),     # a K tail: 193 chunks, still >= 3 steps
+    (2, 6144, 1, 8),     # M > 1 keeps the 8-warp target
+])
+def test_long_columns_keep_two_columns_per_lane_at_m1(M, K, cols, warps):
+    from int4gemv.kernels.default import choice_reasons, choose_config
+
+    config = choose_config(M, 2048, K, 32, "float16", False, multiprocessors=132)
+    why = choice_reasons(config, 2048, K, 132)["cols"]
+    assert config.cols == cols and f"SMs {warps} warps" in why
+    assert ("columns of >= 3 steps" in why) == (warps == 4)
+
+
 def test_explain_shows_every_field_and_its_source(rng, monkeypatch):
     w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
     a = rng.standard_normal(64).astype(np.float16)
