@@ -27,6 +27,6 @@ echo "small shapes exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1
 
 timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short \
     tests/test_default_kernel.py tests/test_configurations.py tests/test_tuning.py \
-    -k "mma or decode_shapes or lm_head or long_columns" \
+    -k "mma or decode_shapes or lm_head or halves_columns or halved" \
     > "$out/pytest-mma.log" 2>&1
 echo "pytest exit $?"; tail -4 "$out/pytest-mma.log"

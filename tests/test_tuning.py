@@ -139,7 +139,7 @@ def test_the_default_tiling_says_when_it_halved_its_columns_for_a_short_n(monkey
     monkeypatch.setattr(default_config, "MMA_CHOSEN", True)    # the mma rule's explanation too
     config = choose_config(1, 1024, 2048, 32, "float16", False, multiprocessors=132)
     why = choice_reasons(config, 1024, 2048, 132)
-    assert config.cols == 1 and "halved to 1 so N = 1024 gives every one of 132 SMs 8 warps" in why["cols"]
+    assert config.cols == 1 and "halved to 1 so N = 1024 gives every one of 132 SMs 4 warps" in why["cols"]
     wide = choose_config(1, 65536, 2048, 32, "float16", False, multiprocessors=132)
     assert wide.cols == 4 and "halved" not in choice_reasons(wide, 65536, 2048, 132)["cols"]
     lm_head = choose_config(1, 151936, 2048, 32, "float16", False, multiprocessors=132)
@@ -147,19 +147,21 @@ def test_the_default_tiling_says_when_it_halved_its_columns_for_a_short_n(monkey
     assert lm_head.mma and "tensor-core fold" in why and "each of the 2112 warps >= 4 groups" in why
 
 
-@pytest.mark.parametrize("M, K, cols, warps", [
-    (1, 4096, 1, 8),     # 2 steps a column (32 lanes, unroll 2): the 8-warp target
-    (1, 6144, 2, 4),     # 3 steps (down): 4 warps per SM, so 2 columns per lane stay
-    (1, 6160, 2, 4),     # a K tail: 193 chunks, still >= 3 steps
-    (2, 6144, 1, 8),     # M > 1 keeps the 8-warp target
+@pytest.mark.parametrize("M, N, cols, warps", [
+    (1, 2109, 4, 4),     # ceil(2109 / 4) = 528 groups of 4 columns: 4 warps on each of 132 SMs
+    (1, 2108, 2, 4),     # 527 groups: 2 columns per lane
+    (1, 1055, 2, 4),     # 528 groups of 2 columns
+    (1, 1054, 1, 4),
+    (2, 2111, 2, 8),     # M > 1: the 8-warp target, 1056 groups of 2 columns
+    (2, 2110, 1, 8),
 ])
-def test_long_columns_keep_two_columns_per_lane_at_m1(M, K, cols, warps):
+def test_m1_halves_columns_below_four_warps_per_sm(M, N, cols, warps):
     from int4gemv.kernels.default import choice_reasons, choose_config
 
-    config = choose_config(M, 2048, K, 32, "float16", False, multiprocessors=132)
-    why = choice_reasons(config, 2048, K, 132)["cols"]
-    assert config.cols == cols and f"SMs {warps} warps" in why
-    assert ("columns of >= 3 steps" in why) == (warps == 4)
+    config = choose_config(M, N, 2048, 32, "float16", False, multiprocessors=132)
+    why = choice_reasons(config, N, 2048, 132)["cols"]
+    assert config.cols == cols
+    assert (f"SMs {warps} warps" in why) == (cols < (4 if M == 1 else 2))
 
 
 def test_explain_shows_every_field_and_its_source(rng, monkeypatch):

@@ -10,8 +10,7 @@ import numpy as np
 
 __all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES", "MAX_M", "COLS",
            "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS", "MMA_BLOCKS",
-           "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_CHOSEN", "LONG_COLUMN_STEPS",
-           "warps_per_sm_target"]
+           "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_CHOSEN", "warps_per_sm_target"]
 
 DTYPES = ("float16", "bfloat16")
 MAX_M = 16
@@ -122,18 +121,12 @@ def mma_pays(M, N, K, multiprocessors) -> bool:
     return M == 1 and K <= STAGE_MAX_K and groups >= STAGE_MIN_GROUPS * stride
 
 
-#: At M = 1, a column of at least this many lane steps (K >= 6144 at 32 lanes and unroll 2)
-#: keeps 2 columns per lane down to 4 busy warps per SM instead of 8: down (2048 x 6144, 3 steps)
-#: ran 10 % faster as c2u2b4 than as c1u2b8 in two H100 runs (bench/NOTES.md, session 14);
-#: one-step columns (q/o 2048 x 2048) keep the 8-warp target.
-LONG_COLUMN_STEPS = 3
-
-
-def warps_per_sm_target(M, per_lane, unroll) -> int:
-    """The busy warps per SM below which :func:`choose_config` halves the columns per lane: 4 at
-    M = 1 for columns of :data:`LONG_COLUMN_STEPS` steps or more (``per_lane`` chunks a lane,
-    ``unroll`` per step), else 8."""
-    return 4 if M == 1 and -(-per_lane // unroll) >= LONG_COLUMN_STEPS else 8
+def warps_per_sm_target(M) -> int:
+    """The busy warps per SM below which :func:`choose_config` halves the columns per lane: 4
+    at M = 1, 8 for M > 1. At M = 1 fewer, wider warps won on the H100 (bench/NOTES.md, session
+    14): q/o 2048 x 2048 as c2u2b4 against c1u2b8 3.86 / 4.28 us fp16 and 4.10 / 4.50 bf16, down
+    2048 x 6144 6.69 / 7.44 fp16; a target of 2 (4 columns) lost on down bf16 (8.03 / 7.42)."""
+    return 4 if M == 1 else 8
 
 
 def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True,
@@ -144,8 +137,8 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     lanes: enough lanes per column for its chunks (K short: several columns per warp);
     unroll: up to 2 chunks per lane per step (1 where 2 spills: bf16 at M > 1, zero points at
     M = 1); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
-    while the grid would not give every SM :func:`warps_per_sm_target` warps (8; 4 for long
-    columns at M = 1); resident blocks per SM: 8 for one column
+    while the grid would not give every SM :func:`warps_per_sm_target` warps (4 at M = 1, 8
+    beyond); resident blocks per SM: 8 for one column
     (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md).
     M = 1 where :func:`mma_pays` (``cols`` not given): the tensor-core fold's tiling instead
     (4 lanes and 2 columns per lane, :data:`MMA_WARPS` warps, :data:`MMA_BLOCKS` blocks per SM)."""
@@ -168,7 +161,7 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     warps = 4
     if cols is None:
         cols = 4 if M == 1 else 2
-        target = warps_per_sm_target(M, per_lane, unroll)
+        target = warps_per_sm_target(M)
         while cols > 1 and -(-N // (32 // lanes * cols)) < target * multiprocessors:
             cols //= 2
     blocks = 8 if (cols == 1 and M == 1) else (4 if M <= 4 else 2)
@@ -192,11 +185,8 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
                 f">= {STAGE_MIN_GROUPS} groups of 16 columns and K = {K} <= {STAGE_MAX_K} fits "
                 "the staged row")
     elif config.cols < full:
-        target = warps_per_sm_target(config.M, per_lane, config.unroll)
         cols = (f"{full} columns per lane step at M = {config.M}, halved to {config.cols} so N = {N} "
-                f"gives every one of {multiprocessors} SMs {target} warps")
-        if target < 8:
-            cols += f" (columns of >= {LONG_COLUMN_STEPS} steps: 4 warps, not 8)"
+                f"gives every one of {multiprocessors} SMs {warps_per_sm_target(config.M)} warps")
     elif config.M == 1:
         cols = (f"4 columns per lane step at M = 1 ({config.cols * config.unroll} loads of 16 bytes "
                 "in flight per lane)")
