@@ -7,9 +7,12 @@
 #      in ONE process (two processes sharing the GPU starved the default rows in session 14);
 #   2. the small shapes ($SMALL_SHAPES, fp16 bs 32): the default rows against probes $SMALL;
 #   3. the GPU tests of the mma fold and of the decode-shape choices (pytest -n 8).
-# Usage (repository root, CUDA machine): OUT=DIR bench/m1_mma_device.sh (LMHEAD=0: skip stage 1)
+# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/m1_mma_device.sh
+# (LMHEAD=0: skip stage 1). BENCH_GIT_COMMIT names the tree's commit in the results files: the
+# device copy's own git metadata may be stale (session 14's files all read efa897a).
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
+[ -n "${BENCH_GIT_COMMIT:-}" ] || echo "warning: BENCH_GIT_COMMIT unset; the results name the device copy's git HEAD" >&2
 mkdir -p "$out/lmhead" "$out/small"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
