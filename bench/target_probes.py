@@ -37,6 +37,7 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
     from numba import cuda
 
     from int4gemv.kernels.default import choose_config, default_kernel, geometry
+    from int4gemv.kernels.default_config import stages_row
     from int4gemv.launcher import bind
 
     label, N, K, bs, zp, dtype, nbytes, pct = where
@@ -59,9 +60,14 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
                                        d["no_bias"], False, y, K, N), grid, block))
         t = check_and_time(row, bound, kernel, out, ref, copies, timer, args.replays, floor, nbytes, pct)
         err = row["error"]
-        row["kernel"] = f"default {text} regs {row['regs']} local {row['local']}"
+        fallback = ""
+        if config.mma and not stages_row(config, N, K, sms):
+            # session 14: c2l4u2b5m timed this fallback under the mma label (bench/NOTES.md)
+            fallback = " CUDA-core fallback (row not staged: < 4 groups per warp or K too long)"
+            row["note"] = "mma requested; the grid does not stage the row, so the CUDA-core fold ran"
+        row["kernel"] = f"default {text} regs {row['regs']} local {row['local']}{fallback}"
         print(f"probe {text:9} {label:8} bs{bs:3d} zp{int(zp)} {dtype:8} {t.us:8.2f} us {row['pct_floor']:5.1f}% floor"
-              f"  err {err:.1e} regs {row['regs']} local {row['local']}", flush=True)
+              f"  err {err:.1e} regs {row['regs']} local {row['local']}{fallback}", flush=True)
     except Exception as exc:  # noqa: BLE001 - a probe is an experiment: recorded, never fatal
         row.update(ok=None, note=repr(exc)[:300])
         print(f"probe {text} {label} bs{bs} zp{int(zp)} {dtype}: {exc!r}"[:300], flush=True)

@@ -428,6 +428,22 @@ def test_mma_config_folds_on_cuda_cores_where_the_row_is_not_staged(rng, monkeyp
     assert not calls
 
 
+def test_stages_row_says_where_the_mma_fold_runs():
+    # lm_head on 132 SMs: 9496 groups of 16 columns over 4 x 4 x 132 warps (4.5 each) stage the
+    # row; 5 blocks per SM (3.6 each: session 14's c2l4u2b5m probe) do not, nor K past the
+    # stage, nor an fp16 CUDA-core config. The tests' one-warp grid: 5 groups stage, 3 do not.
+    from int4gemv.kernels.default_config import stages_row
+    lm = DefaultConfig("float16", 1, 32, False, cols=2, lanes=4, warps=4, blocks_per_sm=4, mma=True)
+    assert stages_row(lm, 151936, 2048, 132)
+    assert not stages_row(DefaultConfig(**{**lm.__dict__, "blocks_per_sm": 5}), 151936, 2048, 132)
+    assert not stages_row(lm, 151936, STAGE_MAX_K + 8, 132)
+    assert not stages_row(DefaultConfig("float16", 1, 32, False, cols=4), 151936, 2048, 132)
+    assert stages_row(DefaultConfig("bfloat16", 1, 32, False, cols=4), 151936, 2048, 132)
+    one = _mma("float16", 72, 32, False)
+    assert stages_row(one, 69, 72, 1) and not stages_row(one, 37, 72, 1)
+    assert stages_row(one, 16 * 4 * 1 - 15, 72, 1) and not stages_row(one, 16 * 3, 72, 1)
+
+
 def test_mma_fold_is_taken_where_the_row_is_staged(rng, monkeypatch):
     calls = _count_mma_calls(monkeypatch)
     a, w, bias = make(rng, 69, 72, 32, False, 1, "bfloat16")

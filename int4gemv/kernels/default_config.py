@@ -208,6 +208,20 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
     return {"cols": cols, "unroll": unroll}
 
 
+def stages_row(config: DefaultConfig, N: int, K: int, multiprocessors: int) -> bool:
+    """Whether a launch of ``config`` on ``N x K`` (grid of :func:`geometry`) stages its
+    activation row in shared memory, as the kernel decides from its grid: M = 1, bf16 or the
+    mma fold, K <= :data:`STAGE_MAX_K` and >= :data:`STAGE_MIN_GROUPS` column groups per warp of
+    the grid. Where it does not, an mma configuration folds on CUDA cores (``default_mma``), and
+    a bf16 row in float32; a staged bf16 row out of the fp16 range also does, which only the
+    kernel sees."""
+    if config.M != 1 or K > STAGE_MAX_K or not (config.mma or config.dtype == "bfloat16"):
+        return False
+    (blocks, _, _), _ = geometry(config, N, multiprocessors)
+    groups = -(-N // config.columns_per_warp)
+    return groups >= STAGE_MIN_GROUPS * blocks * config.warps
+
+
 def geometry(config: DefaultConfig, N: int, multiprocessors: int):
     """``(grid, block)``: a persistent grid of at most ``blocks_per_sm`` blocks per SM."""
     groups = -(-N // config.columns_per_warp)
