@@ -24,7 +24,8 @@ import int4gemv as ig
 from int4gemv.device import simulated
 from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
 from int4gemv.kernels.default_config import STAGE_MAX_K
-from int4gemv.kernels.default_m1 import CHUNK_STRIDE, half_range_pays
+from int4gemv.kernels.default_config import stages_row
+from int4gemv.kernels.default_m1 import CHUNK_STRIDE
 
 BF16 = ml_dtypes.bfloat16
 SIMULATED = simulated()
@@ -243,7 +244,7 @@ def test_m1_unroll_is_the_largest_that_does_not_spill(dtype, bs):
 
 def _walker(dtype, K, bs, zp, pipeline=False, unroll=1):
     """One warp of two lanes per column (16 columns per group): with N = 65 it folds 5 column
-    groups, enough for bf16 to take the fp16 arithmetic (``HALF_MIN_GROUPS``)."""
+    groups, enough for bf16 to take the fp16 arithmetic (``STAGE_MIN_GROUPS``)."""
     rows16 = -(-K // bs) * bs // 2 % 16 == 0       # else two 8-byte loads per chunk
     return DefaultConfig(dtype, 1, bs, zp, cols=1, lanes=2, unroll=unroll, warps=1,
                          blocks_per_sm=1, pipeline=pipeline, weight_vector=rows16)
@@ -251,10 +252,12 @@ def _walker(dtype, K, bs, zp, pipeline=False, unroll=1):
 
 def test_bf16_m1_takes_the_fp16_arithmetic_only_where_warps_fold_several_groups():
     # The H200 geometry (132 SMs): lm_head's warps fold 18 groups; gate/up's and k/v's at most 1.
-    assert half_range_pays(37984, 132 * 4 * 4)           # lm_head, c4 u2 b4
-    assert not half_range_pays(1536, 132 * 4 * 4)       # gate/up, c4 u2 b4
-    assert not half_range_pays(1024, 132 * 8 * 4)       # k/v, c1 u2 b8
-    assert half_range_pays(5, 1) and not half_range_pays(3, 1)   # _walker's grid, and one short
+    bf16 = lambda **kw: DefaultConfig("bfloat16", 1, 32, False, **kw)  # noqa: E731
+    assert stages_row(bf16(cols=4, blocks_per_sm=4), 151936, 2048, 132)       # lm_head, c4 u2 b4
+    assert not stages_row(bf16(cols=4, blocks_per_sm=4), 6144, 2048, 132)     # gate/up
+    assert not stages_row(bf16(cols=1, blocks_per_sm=8), 1024, 2048, 132)     # k/v, c1 u2 b8
+    walker = _walker("bfloat16", 72, 32, False)
+    assert stages_row(walker, 65, 72, 1) and not stages_row(walker, 48, 72, 1)  # 5 groups; 3
 
 
 @pytest.mark.parametrize("bs", ig.BLOCK_SIZES)
@@ -350,7 +353,7 @@ def test_bf16_m1_stage_layout_reads_each_group_as_one_conflict_free_lds128():
 
 def _mma(dtype, K, bs, zp, unroll=1, pipeline=False, pdl=False):
     """The mma fold's tiling on one warp: with N = 69 it walks 5 groups of 16 columns (the last
-    one partial), enough for the stage (``HALF_MIN_GROUPS``)."""
+    one partial), enough for the stage (``MMA_STAGE_MIN_GROUPS``)."""
     rows16 = -(-K // bs) * bs // 2 % 16 == 0
     return DefaultConfig(dtype, 1, bs, zp, cols=2, lanes=4, unroll=unroll, warps=1, blocks_per_sm=1,
                          mma=True, pipeline=pipeline, pdl=pdl, weight_vector=rows16)
@@ -414,10 +417,10 @@ def _count_mma_calls(monkeypatch):
 @pytest.mark.parametrize("case", ["bf16 out of range", "few groups", "long row"])
 def test_mma_config_folds_on_cuda_cores_where_the_row_is_not_staged(rng, monkeypatch, case):
     # A bf16 row past the fp16 range (scale 2**45), a grid whose warps have too few groups for
-    # the stage (N = 37: 3 groups), K > STAGE_MAX_K: the same config takes the scalar fold. On the
+    # the stage (N = 13: 1 group), K > STAGE_MAX_K: the same config takes the scalar fold. On the
     # simulator the mma calls are counted: none.
     dtype = "bfloat16" if case == "bf16 out of range" else "float16"
-    N, K = (37, 72) if case == "few groups" else (69, STAGE_MAX_K + 40 if case == "long row" else 72)
+    N, K = (13, 72) if case == "few groups" else (69, STAGE_MAX_K + 40 if case == "long row" else 72)
     a, w, bias = make(rng, N, K, 32, False, 1, dtype)
     if case == "bf16 out of range":
         a = (a.astype(np.float64) * 2.0 ** 45).astype(BF16)
@@ -429,24 +432,24 @@ def test_mma_config_folds_on_cuda_cores_where_the_row_is_not_staged(rng, monkeyp
 
 
 def test_stages_row_says_where_the_mma_fold_runs():
-    # lm_head on 132 SMs: 9496 groups of 16 columns over 4 x 4 x 132 warps (4.5 each) stage the
-    # row; 5 blocks per SM (3.6 each: session 14's c2l4u2b5m probe) do not, nor K past the
-    # stage, nor an fp16 CUDA-core config. The tests' one-warp grid: 5 groups stage, 3 do not.
-    from int4gemv.kernels.default_config import stages_row
+    # lm_head on 132 SMs: 9496 groups of 16 columns over 4 x 6 x 132 warps (3.0 each) still stage
+    # the row for the mma fold (>= 2 groups a warp; session 14's 5-block probes, at the old 4,
+    # silently took the fallback), 8 blocks (2.2) too, not 10 (1.8); nor does K past the stage,
+    # nor an fp16 CUDA-core config. The tests' one-warp grid: 2 groups stage, 1 does not.
     lm = DefaultConfig("float16", 1, 32, False, cols=2, lanes=4, warps=4, blocks_per_sm=4, mma=True)
-    assert stages_row(lm, 151936, 2048, 132)
-    assert not stages_row(DefaultConfig(**{**lm.__dict__, "blocks_per_sm": 5}), 151936, 2048, 132)
+    at = lambda b: DefaultConfig(**{**lm.__dict__, "blocks_per_sm": b})  # noqa: E731
+    assert stages_row(lm, 151936, 2048, 132) and stages_row(at(6), 151936, 2048, 132)
+    assert stages_row(at(8), 151936, 2048, 132) and not stages_row(at(10), 151936, 2048, 132)
     assert not stages_row(lm, 151936, STAGE_MAX_K + 8, 132)
     assert not stages_row(DefaultConfig("float16", 1, 32, False, cols=4), 151936, 2048, 132)
-    assert stages_row(DefaultConfig("bfloat16", 1, 32, False, cols=4), 151936, 2048, 132)
     one = _mma("float16", 72, 32, False)
-    assert stages_row(one, 69, 72, 1) and not stages_row(one, 37, 72, 1)
-    assert stages_row(one, 16 * 4 * 1 - 15, 72, 1) and not stages_row(one, 16 * 3, 72, 1)
+    assert stages_row(one, 17, 72, 1) and not stages_row(one, 16, 72, 1)
 
 
-def test_mma_fold_is_taken_where_the_row_is_staged(rng, monkeypatch):
+@pytest.mark.parametrize("N", [17, 69])     # 2 groups on the one-warp grid (the bound), 5
+def test_mma_fold_is_taken_where_the_row_is_staged(rng, monkeypatch, N):
     calls = _count_mma_calls(monkeypatch)
-    a, w, bias = make(rng, 69, 72, 32, False, 1, "bfloat16")
+    a, w, bias = make(rng, N, 72, 32, False, 1, "bfloat16")
     y, _ = run(a, w, bias, "bfloat16", config=_mma("bfloat16", 72, 32, False), multiprocessors=1)
     check(y, a, w, bias, "bfloat16")
     assert calls or not SIMULATED

@@ -54,8 +54,8 @@ from numba import cuda, float32
 from . import bf16
 from .default_batch import batch_fold
 from .default_config import (COLS, DTYPES, LANES, MAX_M, STAGE_MAX_K, UNROLLS, DefaultConfig,
-                             choice_reasons, choose_config, geometry)
-from .default_m1 import STAGE_WORDS, half_range_pays, scalar_fold, stage_activations
+                             choice_reasons, choose_config, geometry, stage_min_groups)
+from .default_m1 import STAGE_WORDS, scalar_fold, stage_activations
 from .default_mma import mma_fold
 from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
@@ -91,6 +91,7 @@ def default_kernel(config: DefaultConfig):
     STAGED = RANGE_CHECK or config.mma   # M = 1 folds that read the row from a shared stage
     STAGE = STAGE_WORDS + WARPS if STAGED else 1   # the re-paired activations (+ a word per warp)
     STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
+    MIN_GROUPS = stage_min_groups(config)     # per warp of the grid, for the stage to pay
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
@@ -146,7 +147,6 @@ def default_kernel(config: DefaultConfig):
     fold = batch_fold(config, load_act)
     fold_m1 = mma_fold(config, load_act) if config.mma else scalar_fold(config, load_act)
     stage_fill = stage_activations(config, load_act)
-    pays = cuda.jit(device=True, inline=True)(half_range_pays)
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out, unscale):
@@ -225,7 +225,7 @@ def default_kernel(config: DefaultConfig):
         # bf16 and the mma fold at M = 1 (grid-uniform: every warp has column groups, so every
         # thread of a block reaches stage_fill's barriers): the activations staged as fp16
         # words (bf16: tested and scaled per block)
-        staged = STAGED and pays(groups, stride) and K <= STAGE_MAX_K
+        staged = STAGED and groups >= MIN_GROUPS * stride and K <= STAGE_MAX_K
         for m in range(M):
             for c in range(C):
                 acc[m, c] = float32(0.0)

@@ -98,8 +98,16 @@ def _unroll_spills(M, dtype, zero_points) -> bool:
 MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
 #: The longest activation row the M = 1 stage holds (hidden sizes up to 4096; longer rows fold
 #: in float32 (bf16) or with the activations from global memory (fp16)), and the column groups
-#: each warp must fold for the stage to pay (:mod:`.default_m1`: ``HALF_MIN_GROUPS``, why).
+#: each warp of the grid must fold for the stage to pay (:func:`stages_row`): staging is one more
+#: pass over the activations before the first fold, latency that a warp with one group cannot
+#: hide (H200, commit 93b2d80: k/v bf16 3.33 -> 4.26 us, q/o 4.41 -> 5.17 with a per-lane test in
+#: every warp; bench/NOTES.md). lm_head's warps fold 18 groups (37984 groups of 4 columns over
+#: 2112 warps), the other decode shapes' at most 2.
 STAGE_MAX_K, STAGE_MIN_GROUPS = 4096, 4
+#: The same for the mma fold, whose fp16 stage is a plain copy (bf16: plus the range scan): 2, so
+#: that the fold also runs at 5-6 blocks per SM on lm_head (3.0-3.6 groups per warp). Not yet
+#: timed: at 4 the 5-block probes of session 14 silently took the CUDA-core fallback.
+MMA_STAGE_MIN_GROUPS = 2
 
 
 #: Whether :func:`choose_config` takes the mma fold where :func:`mma_pays`. Off until a GPU run
@@ -208,10 +216,16 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
     return {"cols": cols, "unroll": unroll}
 
 
+def stage_min_groups(config: DefaultConfig) -> int:
+    """Column groups each warp of the grid must fold for ``config``'s kernel to stage its row:
+    :data:`MMA_STAGE_MIN_GROUPS` for the mma fold, else :data:`STAGE_MIN_GROUPS`."""
+    return MMA_STAGE_MIN_GROUPS if config.mma else STAGE_MIN_GROUPS
+
+
 def stages_row(config: DefaultConfig, N: int, K: int, multiprocessors: int) -> bool:
     """Whether a launch of ``config`` on ``N x K`` (grid of :func:`geometry`) stages its
     activation row in shared memory, as the kernel decides from its grid: M = 1, bf16 or the
-    mma fold, K <= :data:`STAGE_MAX_K` and >= :data:`STAGE_MIN_GROUPS` column groups per warp of
+    mma fold, K <= :data:`STAGE_MAX_K` and >= :func:`stage_min_groups` column groups per warp of
     the grid. Where it does not, an mma configuration folds on CUDA cores (``default_mma``), and
     a bf16 row in float32; a staged bf16 row out of the fp16 range also does, which only the
     kernel sees."""
@@ -219,7 +233,7 @@ def stages_row(config: DefaultConfig, N: int, K: int, multiprocessors: int) -> b
         return False
     (blocks, _, _), _ = geometry(config, N, multiprocessors)
     groups = -(-N // config.columns_per_warp)
-    return groups >= STAGE_MIN_GROUPS * blocks * config.warps
+    return groups >= stage_min_groups(config) * blocks * config.warps
 
 
 def geometry(config: DefaultConfig, N: int, multiprocessors: int):

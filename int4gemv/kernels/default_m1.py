@@ -10,8 +10,8 @@ in fp16 before float32, as the M > 1 fold does.
 
 bf16 takes the same fp16 arithmetic on its row scaled by a power of two (:mod:`.bf16`: the
 largest ``|a|`` lands in ``[128, 256)``, the results are scaled back in float32), in grids of at
-least :data:`HALF_MIN_GROUPS` column groups per warp and K <= ``STAGE_MAX_K``
-(:mod:`.default_config`): each block finds the row's largest magnitude, then converts the whole
+least ``STAGE_MIN_GROUPS`` column groups per warp and K <= ``STAGE_MAX_K``
+(:mod:`.default_config`, :func:`~.default_config.stages_row`): each block finds the row's largest magnitude, then converts the whole
 row once into the re-paired, scaled fp16 words (8 shifts/masks, 8 FMUL and 4
 ``cvt.rn.f16x2.f32`` per 8 activations) in shared memory; every step then reads its words there
 (:func:`stage_activations`), so a bf16 word costs what an fp16 word costs, less fp16's PRMT. A
@@ -27,24 +27,16 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
-from .default_config import STAGE_MAX_K, STAGE_MIN_GROUPS
+from .default_config import STAGE_MAX_K
 from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point_constants
 from .intrinsics import half2_sum, shfl_xor
 from .nibble_pairs import half_high, half_low
 
-__all__ = ["scalar_fold", "stage_activations", "half_range_pays", "HALF_MIN_GROUPS",
-           "STAGE_WORDS", "CHUNK_STRIDE", "ZERO_SLOT"]
+__all__ = ["scalar_fold", "stage_activations", "STAGE_WORDS", "CHUNK_STRIDE", "ZERO_SLOT"]
 
 _U0, _U1, _U2, _U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
 _ALL = np.uint32(0xFFFFFFFF)
 
-#: bf16 at M = 1 takes the fp16 arithmetic (and the mma fold its staged row) only in grids with
-#: at least this many column groups per warp. Converting and testing the activations is one more
-#: pass over them before the first fold: latency that a warp with one group cannot hide (H200,
-#: commit 93b2d80: k/v bf16 3.33 -> 4.26 us, q/o 4.41 -> 5.17 with a per-lane test in every warp;
-#: bench/NOTES.md). lm_head's warps fold 18 groups (37984 groups of 4 columns over 2112 warps),
-#: the other decode shapes' at most 2. (Defined in :mod:`.default_config`, which chooses by it.)
-HALF_MIN_GROUPS = STAGE_MIN_GROUPS
 #: Words between two chunks' 16 staged words: 20, a multiple of 4, so that a group's 4 words are
 #: 16-byte aligned and read with one ``LDS.128`` (the stage is allocated 16-byte aligned on the
 #: GPU), and the 8 lanes of a quarter-warp, reading chunks ``s .. s + 7``, start at banks
@@ -55,12 +47,6 @@ CHUNK_STRIDE = 20
 ZERO_SLOT = 16
 #: The stage's size in uint32 words: 10 KB per block.
 STAGE_WORDS = STAGE_MAX_K // 32 * CHUNK_STRIDE
-
-
-def half_range_pays(groups, stride):
-    """Whether a grid of ``stride`` warps over ``groups`` column groups stages its activations
-    for the fp16 arithmetic (bf16 at M = 1; :data:`HALF_MIN_GROUPS`)."""
-    return groups >= HALF_MIN_GROUPS * stride
 
 
 def stage_activations(config, load_act):
