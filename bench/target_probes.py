@@ -63,7 +63,7 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
         fallback = ""
         if config.mma and not stages_row(config, N, K, sms):
             # session 14: c2l4u2b5m timed this fallback under the mma label (bench/NOTES.md)
-            fallback = " CUDA-core fallback (row not staged: < 4 groups per warp or K too long)"
+            fallback = " CUDA-core fallback (row not staged: too few column groups per warp, or K)"
             row["note"] = "mma requested; the grid does not stage the row, so the CUDA-core fold ran"
         row["kernel"] = f"default {text} regs {row['regs']} local {row['local']}{fallback}"
         print(f"probe {text:9} {label:8} bs{bs:3d} zp{int(zp)} {dtype:8} {t.us:8.2f} us {row['pct_floor']:5.1f}% floor"

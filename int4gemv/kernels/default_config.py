@@ -10,7 +10,8 @@ import numpy as np
 
 __all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES", "MAX_M", "COLS",
            "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS", "MMA_BLOCKS",
-           "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_CHOSEN", "warps_per_sm_target"]
+           "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN", "warps_per_sm_target",
+           "stage_min_groups", "stages_row"]
 
 DTYPES = ("float16", "bfloat16")
 MAX_M = 16

@@ -11,8 +11,8 @@ in fp16 before float32, as the M > 1 fold does.
 bf16 takes the same fp16 arithmetic on its row scaled by a power of two (:mod:`.bf16`: the
 largest ``|a|`` lands in ``[128, 256)``, the results are scaled back in float32), in grids of at
 least ``STAGE_MIN_GROUPS`` column groups per warp and K <= ``STAGE_MAX_K``
-(:mod:`.default_config`, :func:`~.default_config.stages_row`): each block finds the row's largest magnitude, then converts the whole
-row once into the re-paired, scaled fp16 words (8 shifts/masks, 8 FMUL and 4
+(:func:`.default_config.stages_row`): each block finds the row's largest magnitude, then
+converts the whole row once into the re-paired, scaled fp16 words (8 shifts/masks, 8 FMUL and 4
 ``cvt.rn.f16x2.f32`` per 8 activations) in shared memory; every step then reads its words there
 (:func:`stage_activations`), so a bf16 word costs what an fp16 word costs, less fp16's PRMT. A
 row outside the scale's range (:data:`.bf16.MAX_SHIFT`, NaN and infinities included) and every
