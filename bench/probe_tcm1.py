@@ -229,6 +229,8 @@ def run_shape(N: int, K: int, configs: list, replays: int) -> dict:
             except Exception as exc:  # noqa: BLE001 - a probe row records its failure
                 rows.append({"method": f"tcm1 {spec}", "error": repr(exc)[:600]})
             print(json.dumps(rows[-1]), flush=True)
+    for r in rows:    # the results schema (DESIGN.md): each row carries its run's floor
+        r["floor_us"] = floor.us
     print(f"{N}x{K}")
     for r in rows:
         us = r.get("us")
