@@ -38,7 +38,8 @@ re-paired dequant (no PRMT) and the activations re-paired once per chunk for all
 products and group sums on tensor cores. fp16 sums 8 products per half in fp16, then float32;
 bf16 at M > 1 multiplies and accumulates in float32, at M = 1 it takes the fp16 arithmetic on
 the row scaled by a power of two (converted once per block into shared memory, in grids of
-several column groups per warp; else float32). Scales multiply the float32 partial sums once per 16 (bs 16) or 32 elements.
+several column groups per warp; else float32). Scales multiply the float32 partial sums once
+per 16 (bs 16) or 32 elements.
 
 Tails. A word (8 elements) past K gets zero activations (never loaded), so the padding nibbles
 of a last partial block add exactly 0; chunk indices past the column are clamped to a valid

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES", "MAX_M", "COLS",
-           "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS", "MMA_BLOCKS",
-           "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN", "warps_per_sm_target",
-           "stage_min_groups", "stages_row"]
+__all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES",
+           "MAX_M", "COLS", "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS",
+           "MMA_BLOCKS", "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN",
+           "warps_per_sm_target", "stage_min_groups", "stages_row"]
 
 DTYPES = ("float16", "bfloat16")
 MAX_M = 16
@@ -78,8 +78,9 @@ class DefaultConfig:
         check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
               f"in 1..{64 // self.warps}")
         check("pipeline", not self.pipeline or self.M == 1, "False when M > 1 (M = 1 only)")
-        check("mma", not self.mma or (self.M == 1 and self.lanes == 4 and self.cols == 2),
-              "False unless M = 1, lanes = 4 and cols = 2")
+        mma_tiling = self.M == 1 and self.lanes == MMA_LANES and self.cols == MMA_COLS
+        check("mma", not self.mma or mma_tiling,
+              f"False unless M = 1, lanes = {MMA_LANES} and cols = {MMA_COLS}")
 
     @property
     def columns_per_warp(self) -> int:
@@ -94,8 +95,9 @@ def _unroll_spills(M, dtype, zero_points) -> bool:
     return (dtype == "bfloat16" and M > 1) or (M == 1 and bool(zero_points))
 
 
-#: The mma fold's tiling (:mod:`.default_mma`): 4 lanes per column, 2 columns per lane, 4 warps
-#: per block, 4 blocks per SM (128 registers a thread).
+#: The mma fold's tiling (:mod:`.default_mma`): 4 lanes per column (lane t = chunk stripe t) and
+#: 2 columns per lane, which its mapping needs; 4 warps per block, 4 blocks per SM (128 registers
+#: a thread).
 MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
 #: The longest activation row the M = 1 stage holds (hidden sizes up to 4096; longer rows fold
 #: in float32 (bf16) or with the activations from global memory (fp16)), and the column groups

@@ -54,14 +54,15 @@ def stage_activations(config, load_act):
     row (``load_act`` as in :func:`scalar_fold`; words past K as zeros) into re-paired fp16
     words, chunk ``j``'s 16 at ``stage[CHUNK_STRIDE * j + 4 * q + e]`` (``q``: its 8-element
     group) and (with ``config.mma``) zeros in the first chunk's 4 padding words
-    ``stage[ZERO_SLOT ..]`` (a 16-byte zero operand for :mod:`.default_mma`), and returns, to every thread of the block,
-    whether the row takes the fp16 arithmetic and the float32 factor that undoes its scale.
+    ``stage[ZERO_SLOT ..]`` (a 16-byte zero operand for :mod:`.default_mma`), and returns, to
+    every thread of the block, whether the row takes the fp16 arithmetic and the float32 factor
+    that undoes its scale.
     bf16: the row scaled by its power of two (:func:`.bf16.row_scales`; ``2**-s`` undoes it,
     1 where the row is out of range and not staged), two passes over the row: its largest
     magnitude (each warp's by shuffles, the block's through ``stage[STAGE_WORDS + warp]``), then
     the conversion. fp16: one pass, the words as they are (always ``(True, 1.0)``). Every thread
-    of the block must call it (two barriers for bf16, one for fp16); K <= :data:`.default_config.STAGE_MAX_K`;
-    ``stage`` holds ``STAGE_WORDS + warps`` words."""
+    of the block must call it (two barriers for bf16, one for fp16);
+    K <= :data:`.default_config.STAGE_MAX_K`; ``stage`` holds ``STAGE_WORDS + warps`` words."""
     THREADS, WARPS = 32 * config.warps, config.warps
     F16, ZERO = config.dtype == "float16", config.mma   # the zero slot: only the mma fold reads it
 

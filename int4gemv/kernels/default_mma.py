@@ -40,23 +40,21 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32
 
+from .default_config import MMA_COLS, MMA_LANES
 from .default_m1 import CHUNK_STRIDE, ZERO_SLOT, scalar_fold
 from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, zero_point_constants
 from .mma import mma_f16
 
-__all__ = ["mma_fold", "LANES", "COLS"]
-
-#: The tiling the mapping needs: 4 lanes per column (lane t = chunk stripe t), 2 columns per lane.
-LANES = 4
-COLS = 2
+__all__ = ["mma_fold"]
 
 
 def mma_fold(config, load_act):
     """The M = 1 tensor-core fold of ``config`` (a :class:`~.default_config.DefaultConfig` with
     ``mma``): ``fold(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)``, the
     signature and contract of :func:`.default_m1.scalar_fold`."""
-    if not (config.M == 1 and config.lanes == LANES and config.cols == COLS):
-        raise ValueError(f"the mma fold needs M = 1, lanes = {LANES}, cols = {COLS}; got {config}")
+    if not (config.M == 1 and config.lanes == MMA_LANES and config.cols == MMA_COLS):
+        raise ValueError(f"the mma fold needs M = 1, lanes = {MMA_LANES}, cols = {MMA_COLS}; "
+                         f"got {config}")
     U, ZP, TWO_GROUPS = config.unroll, config.zero_points, config.block_size == 16
     fold_scalar = scalar_fold(config, load_act)
 
@@ -78,7 +76,7 @@ def mma_fold(config, load_act):
         lane = cuda.threadIdx.x % 32
         g, t = lane // 4, lane % 4
         for u in range(U):
-            j_raw = j0 + u * LANES
+            j_raw = j0 + u * MMA_LANES
             j = j_raw if full else min(j_raw, nchunks - 1)
             d0 = d1 = d2 = d3 = float32(0.0)
             for w in range(4):
