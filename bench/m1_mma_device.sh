@@ -2,13 +2,14 @@
 # One device call for issue 19's M = 1 work (bench/NOTES.md, sessions 13-14), most important
 # first, each stage bounded so that a short lease still returns the earlier ones (everything
 # under $OUT):
-#   1. bench.targets at M = 1 on lm_head (formats $FORMATS, fp16 + bf16): the default tiling as
-#      chosen against the stream floor, and the mma fold's configurations $CONFIGS as probe rows,
-#      in ONE process (two processes sharing the GPU starved the default rows in session 14);
-#   2. the small shapes ($SMALL_SHAPES, fp16 bs 32): the default rows against probes $SMALL;
+#   1. the small shapes ($SMALL_SHAPES, fp16 bs 32): the default rows against probes $SMALL;
+#   2. bench.targets at M = 1 on lm_head (formats $FORMATS, dtypes $LMHEAD_DTYPES, default fp16 +
+#      bf16): the default tiling as chosen against the stream floor, and the configurations
+#      $CONFIGS as probe rows, in ONE process (two processes sharing the GPU starved the default
+#      rows in session 14);
 #   3. the GPU tests of the mma fold and of the decode-shape choices (pytest -n 8).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/m1_mma_device.sh
-# (LMHEAD=0: skip stage 1). BENCH_GIT_COMMIT names the tree's commit in the results files: the
+# (LMHEAD=0: skip stage 2). BENCH_GIT_COMMIT names the tree's commit in the results files: the
 # device copy's own git metadata may be stale (session 14's files all read efa897a).
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
@@ -17,10 +18,6 @@ mkdir -p "$out/lmhead" "$out/small"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 
-[ "${LMHEAD:-1}" = 1 ] && timeout "${M1_S:-240}" python3 -m bench.targets --out "$out/lmhead" --quick --m 1 --shapes lm_head \
-    --formats "${FORMATS:-32,16+zp}" --variants default --no-tinygemm \
-    --configs "${CONFIGS:-c2l4u2b5m,c2l4u2b6m,c2l4u2b5pm}" > "$out/targets-m1-lmhead.log" 2>&1
-[ "${LMHEAD:-1}" = 1 ] && { echo "lm_head exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-lmhead.log"; }
 
 timeout "${SMALL_S:-150}" python3 -m bench.targets --out "$out/small" --quick --m 1 \
     --shapes "${SMALL_SHAPES:-gate_up,down,gate/up}" --dtypes float16 --variants default --no-tinygemm \
@@ -28,8 +25,13 @@ timeout "${SMALL_S:-150}" python3 -m bench.targets --out "$out/small" --quick --
     > "$out/targets-m1-small.log" 2>&1
 echo "small shapes exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-small.log"
 
+[ "${LMHEAD:-1}" = 1 ] && timeout "${M1_S:-240}" python3 -m bench.targets --out "$out/lmhead" --quick --m 1 --shapes lm_head \
+    --formats "${FORMATS:-32,16+zp}" --dtypes "${LMHEAD_DTYPES:-float16,bfloat16}" --variants default --no-tinygemm \
+    --configs "${CONFIGS:-c2l4u2b5m,c2l4u2b6m,c2l4u2b5pm}" > "$out/targets-m1-lmhead.log" 2>&1
+[ "${LMHEAD:-1}" = 1 ] && { echo "lm_head exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-lmhead.log"; }
+
 timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short \
-    tests/test_default_kernel.py tests/test_configurations.py tests/test_tuning.py \
-    -k "mma or decode_shapes or lm_head or halves_columns or halved" \
+    tests/test_default_kernel.py tests/test_configurations.py tests/test_tuning.py tests/test_fold_probe.py \
+    -k "mma or decode_shapes or lm_head or halves_columns or halved or fold" \
     > "$out/pytest-mma.log" 2>&1
 echo "pytest exit $?"; tail -4 "$out/pytest-mma.log"

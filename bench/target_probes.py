@@ -11,22 +11,80 @@ import numpy as np
 
 from .target_rows import check_and_time, result_row
 
-__all__ = ["parse_config", "probe_row"]
+__all__ = ["parse_config", "probe_row", "fold_variant_kernel"]
 
 
 def parse_config(text: str) -> dict:
     """``"c4u1b5p"`` -> ``{"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True,
     "mma": False}``, ``"c2l4u2b4m"`` -> ``{"cols": 2, "lanes": 4, ..., "mma": True}`` (``l``: lanes
     per column, else the chooser's; ``m``: the tensor-core fold): a default-tiling override timed
-    as a ``kind="probe"`` row (``ValueError`` if malformed)."""
-    m = re.fullmatch(r"c(\d+)(?:l(\d+))?u(\d+)b(\d+)(p?)(m?)", text)
+    as a ``kind="probe"`` row (``ValueError`` if malformed). A trailing ``x0`` / ``x2``
+    (``"c4u2b4x0"``; ``"fold": 0 / 2``) times the same loads with the M = 1 CUDA-core fold
+    replaced by an XOR of the loaded words, or run twice (:func:`fold_variant_kernel`): a
+    timing-only experiment whose output is not the product."""
+    m = re.fullmatch(r"c(\d+)(?:l(\d+))?u(\d+)b(\d+)(p?)(m?)(?:x([02]))?", text)
     if not m:
-        raise ValueError(f"config {text!r} is not cC[lL]uUbB[p][m] (e.g. c4u1b5p, c2l4u2b4m)")
+        raise ValueError(f"config {text!r} is not cC[lL]uUbB[p][m][x0|x2] (e.g. c4u1b5p, c2l4u2b4m, c4u2b4x0)")
     out = {"cols": int(m[1]), "unroll": int(m[3]), "blocks_per_sm": int(m[4]), "pipeline": bool(m[5]),
            "mma": bool(m[6])}
     if m[2]:
         out["lanes"] = int(m[2])
+    if m[7]:
+        if m[6]:
+            raise ValueError(f"config {text!r}: x0/x2 modify the CUDA-core fold, not the mma fold")
+        out["fold"] = int(m[7])
     return out
+
+
+def fold_variant_kernel(config, fold: int):
+    """The default kernel of ``config`` (M = 1, CUDA-core fold) compiled with its fold replaced:
+    ``fold=0`` XORs each step's loaded words and adds one bit per column (the loads, scales and
+    zero points, the reduction and the stores stay; almost no arithmetic), ``fold=2`` runs the
+    fold twice, the second time on the words XOR 0x11111111 (so that no common subexpression is
+    shared). Splits a kernel's time over its floor into what the arithmetic costs and the rest
+    (bench/NOTES.md, session 15). A separate compilation; the package's kernels are untouched."""
+    from unittest import mock
+
+    import numpy as np
+    from numba import cuda, float32
+
+    import int4gemv.kernels.default as default_module
+    from int4gemv.kernels.default_m1 import scalar_fold
+
+    if config.M != 1 or config.mma or fold not in (0, 2):
+        raise ValueError("fold_variant_kernel: M = 1, the CUDA-core fold, fold 0 or 2")
+    C, U, H = config.cols, config.unroll, 2 if config.block_size == 16 else 1
+    FLIP = np.uint32(0x11111111)
+
+    def variant(cfg, load_act):
+        real = scalar_fold(cfg, load_act)
+
+        @cuda.jit(device=True, inline=True)
+        def loads_only(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half):
+            for c in range(C):   # every loaded word, scale and zero point is used
+                x = np.uint32(0)
+                scale = float32(0.0)
+                for u in range(U):
+                    for i in range(4):
+                        x ^= raw[c, u, i]
+                    for h in range(H):
+                        x ^= zv[c, u, h]
+                        scale += sv[c, u, h]
+                acc[0, c] += float32(x & np.uint32(1)) * scale
+
+        @cuda.jit(device=True, inline=True)
+        def twice(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half):
+            real(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)
+            for c in range(C):
+                for u in range(U):
+                    for i in range(4):
+                        raw[c, u, i] ^= FLIP
+            real(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)
+
+        return loads_only if fold == 0 else twice
+
+    with mock.patch.object(default_module, "scalar_fold", variant):
+        return default_module.default_kernel.__wrapped__(config)
 
 
 def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where):
@@ -45,9 +103,10 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
     row = result_row("probe", text, label, N, K, M, bs, zp, dtype, floor_us=floor, tinygemm_us=tg)
     try:
         over = parse_config(text)
+        fold = over.pop("fold", 1)
         base = choose_config(M, N, K, bs, dtype, zp, cols=over["cols"], multiprocessors=sms)
         config = replace(base, **over)
-        kernel = default_kernel(config)
+        kernel = default_kernel(config) if fold == 1 else fold_variant_kernel(config, fold)
         grid, block = geometry(config, N, sms)
         as16 = lambda t: cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16).reshape(-1)  # noqa: E731
         # The kernel writes float16 values for fp16 and bf16 bits for bf16: an fp16 output passed
@@ -65,6 +124,9 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
             # session 14: c2l4u2b5m timed this fallback under the mma label (bench/NOTES.md)
             fallback = " CUDA-core fallback (row not staged: too few column groups per warp, or K)"
             row["note"] = "mma requested; the grid does not stage the row, so the CUDA-core fold ran"
+        if fold != 1:
+            fallback += f" fold x{fold}: timing only, the output is not the product"
+            row.update(ok=None, note=f"fold x{fold} (bench.target_probes.fold_variant_kernel): timing only")
         row["kernel"] = f"default {text} regs {row['regs']} local {row['local']}{fallback}"
         print(f"probe {text:9} {label:8} bs{bs:3d} zp{int(zp)} {dtype:8} {t.us:8.2f} us {row['pct_floor']:5.1f}% floor"
               f"  err {err:.1e} regs {row['regs']} local {row['local']}{fallback}", flush=True)
