@@ -21,28 +21,37 @@ def parse_config(text: str) -> dict:
     as a ``kind="probe"`` row (``ValueError`` if malformed). A trailing ``x0`` / ``x2``
     (``"c4u2b4x0"``; ``"fold": 0 / 2``) times the same loads with the M = 1 CUDA-core fold
     replaced by an XOR of the loaded words, or run twice (:func:`fold_variant_kernel`): a
-    timing-only experiment whose output is not the product."""
-    m = re.fullmatch(r"c(\d+)(?:l(\d+))?u(\d+)b(\d+)(p?)(m?)(?:x([02]))?", text)
+    timing-only experiment whose output is not the product. A last ``n`` / ``s``
+    (``"c4u2b4n"``; ``"stage": "never"`` / ``"always"``) compiles the kernel with the M = 1 row
+    stage never / always taken (unstaged, each step loads its activations; bf16 unstaged folds
+    in float32), checked like every probe."""
+    m = re.fullmatch(r"c(\d+)(?:l(\d+))?u(\d+)b(\d+)(p?)(m?)(?:x([02]))?([ns]?)", text)
     if not m:
-        raise ValueError(f"config {text!r} is not cC[lL]uUbB[p][m][x0|x2] (e.g. c4u1b5p, c2l4u2b4m, c4u2b4x0)")
+        raise ValueError(f"config {text!r} is not cC[lL]uUbB[p][m][x0|x2][n|s] (e.g. c4u1b5p, c2l4u2b4m, "
+                         "c4u2b4x0, c4u2b4n)")
     out = {"cols": int(m[1]), "unroll": int(m[3]), "blocks_per_sm": int(m[4]), "pipeline": bool(m[5]),
            "mma": bool(m[6])}
     if m[2]:
         out["lanes"] = int(m[2])
-    if m[7]:
+    if m[7] or m[8]:
         if m[6]:
-            raise ValueError(f"config {text!r}: x0/x2 modify the CUDA-core fold, not the mma fold")
-        out["fold"] = int(m[7])
+            raise ValueError(f"config {text!r}: x0/x2/n/s modify the CUDA-core fold, not the mma fold")
+        out["fold"] = int(m[7] or 1)
+    if m[8]:
+        out["stage"] = "never" if m[8] == "n" else "always"
     return out
 
 
-def fold_variant_kernel(config, fold: int):
+def fold_variant_kernel(config, fold: int, stage: str = "rule"):
     """The default kernel of ``config`` (M = 1, CUDA-core fold) compiled with its fold replaced:
     ``fold=0`` XORs each step's loaded words and adds one bit per column (the loads, scales and
     zero points, the reduction and the stores stay; almost no arithmetic), ``fold=2`` runs the
     fold twice, the second time on the words XOR 0x11111111 (so that no common subexpression is
     shared). Splits a kernel's time over its floor into what the arithmetic costs and the rest
-    (bench/NOTES.md, session 15). A separate compilation; the package's kernels are untouched."""
+    (bench/NOTES.md, session 15). ``fold=1`` keeps the fold. ``stage``: ``"rule"`` (the
+    package's :func:`~int4gemv.kernels.default_config.stage_min_groups`), ``"never"`` (a rule no
+    grid meets) or ``"always"`` (0 groups a warp; K <= the stage's still). A separate
+    compilation; the package's kernels are untouched."""
     from unittest import mock
 
     import numpy as np
@@ -51,8 +60,8 @@ def fold_variant_kernel(config, fold: int):
     import int4gemv.kernels.default as default_module
     from int4gemv.kernels.default_m1 import scalar_fold
 
-    if config.M != 1 or config.mma or fold not in (0, 2):
-        raise ValueError("fold_variant_kernel: M = 1, the CUDA-core fold, fold 0 or 2")
+    if config.M != 1 or config.mma or fold not in (0, 1, 2):
+        raise ValueError("fold_variant_kernel: M = 1, the CUDA-core fold, fold 0, 1 or 2")
     C, U, H = config.cols, config.unroll, 2 if config.block_size == 16 else 1
     FLIP = np.uint32(0x11111111)
 
@@ -81,9 +90,12 @@ def fold_variant_kernel(config, fold: int):
                         raw[c, u, i] ^= FLIP
             real(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)
 
-        return loads_only if fold == 0 else twice
+        return (loads_only, real, twice)[fold]
 
-    with mock.patch.object(default_module, "scalar_fold", variant):
+    rule = {"rule": default_module.stage_min_groups, "never": lambda cfg: 1 << 30,
+            "always": lambda cfg: 0}[stage]
+    with mock.patch.object(default_module, "scalar_fold", variant), \
+            mock.patch.object(default_module, "stage_min_groups", rule):
         return default_module.default_kernel.__wrapped__(config)
 
 
@@ -103,10 +115,11 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
     row = result_row("probe", text, label, N, K, M, bs, zp, dtype, floor_us=floor, tinygemm_us=tg)
     try:
         over = parse_config(text)
-        fold = over.pop("fold", 1)
+        fold, stage = over.pop("fold", 1), over.pop("stage", "rule")
         base = choose_config(M, N, K, bs, dtype, zp, cols=over["cols"], multiprocessors=sms)
         config = replace(base, **over)
-        kernel = default_kernel(config) if fold == 1 else fold_variant_kernel(config, fold)
+        variant = fold != 1 or stage != "rule"
+        kernel = fold_variant_kernel(config, fold, stage) if variant else default_kernel(config)
         grid, block = geometry(config, N, sms)
         as16 = lambda t: cuda.as_cuda_array(t.view(torch.int16)).view(np.uint16).reshape(-1)  # noqa: E731
         # The kernel writes float16 values for fp16 and bf16 bits for bf16: an fp16 output passed
@@ -124,6 +137,8 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
             # session 14: c2l4u2b5m timed this fallback under the mma label (bench/NOTES.md)
             fallback = " CUDA-core fallback (row not staged: too few column groups per warp, or K)"
             row["note"] = "mma requested; the grid does not stage the row, so the CUDA-core fold ran"
+        if stage != "rule":
+            fallback += f" row stage: {stage}"
         if fold != 1:
             fallback += f" fold x{fold}: timing only, the output is not the product"
             row.update(ok=None, note=f"fold x{fold} (bench.target_probes.fold_variant_kernel): timing only")

@@ -315,8 +315,51 @@ def test_bf16_m1_fp16_arithmetic_at_the_lm_head_configuration(rng):
     check(y, a, w, bias, "bfloat16")
 
 
+def test_fp16_m1_stages_its_row_in_every_grid_up_to_the_stage_length():
+    # fp16 on CUDA cores: every decode shape on 132 SMs (a warp per group or fewer), and a grid
+    # whose last block has warps without a column group; not a row past the stage, nor M > 1.
+    f16 = lambda **kw: DefaultConfig("float16", 1, 32, False, **kw)  # noqa: E731
+    for N, K, cols in ((151936, 2048, 4), (6144, 2048, 4), (2048, 6144, 2), (1024, 2048, 1)):
+        assert stages_row(f16(cols=cols, blocks_per_sm=4), N, K, 132)
+    assert stages_row(f16(cols=4, blocks_per_sm=4), 6148, 2048, 132)     # 1537 groups, 1540 warps
+    assert stages_row(f16(cols=1), 1, STAGE_MAX_K, 132)
+    assert not stages_row(f16(cols=1), 1, STAGE_MAX_K + 8, 132)
+    assert not stages_row(DefaultConfig("float16", 2, 32, False), 6144, 2048, 132)
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+@pytest.mark.parametrize("N", [9, 24])
+def test_fp16_m1_stage_filled_by_warps_without_a_column_group(rng, monkeypatch, pipeline, N):
+    # One block of 4 warps, 4 columns of 32 lanes per group: N = 9 (3 groups, the last partial)
+    # leaves warp 3 without a column group, N = 24 gives warps 0-1 two groups: the idle warps still fill their share of the stage
+    # (or the columns read stale words, or the block waits at the barrier for ever). On the
+    # simulator the re-pairings are counted: the stage's only (the unstaged fold re-pairs each
+    # chunk per step and column group: 512 or more).
+    from int4gemv.kernels import default_m1
+    a, w, bias = make(rng, N, 2056, 32, False, 1, "float16")
+    calls = []
+    if SIMULATED:
+        real = default_m1.pair_words
+        monkeypatch.setattr(default_m1, "pair_words", lambda *args: calls.append(1) or real(*args))
+    config = DefaultConfig("float16", 1, 32, False, cols=4, lanes=32, unroll=2, warps=4,
+                           blocks_per_sm=1, pipeline=pipeline)
+    y, _ = run(a, w, bias, "float16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "float16")
+    if SIMULATED:   # the stage's 65 chunks x 4 words (the last chunk padded), re-paired once
+        assert len(calls) == 4 * 65
+
+
+def test_fp16_m1_rows_longer_than_the_stage_load_their_activations(rng):
+    K = STAGE_MAX_K + 40
+    a, w, bias = make(rng, 3, K, 32, False, 1, "float16")
+    config = DefaultConfig("float16", 1, 32, False, cols=1, lanes=32, unroll=2, warps=1,
+                           blocks_per_sm=1)
+    y, _ = run(a, w, bias, "float16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "float16")
+
+
 def test_bf16_m1_rows_longer_than_the_stage_fold_in_float32(rng):
-    # K > STAGE_MAX_K: not staged (the stage holds 4096 activations), one warp walking 5 columns.
+    # K > STAGE_MAX_K: not staged (the stage holds 8192 activations), one warp walking 5 columns.
     K = STAGE_MAX_K + 40
     a, w, bias = make(rng, 5, K, 32, False, 1, "bfloat16")
     config = DefaultConfig("bfloat16", 1, 32, False, cols=1, lanes=32, unroll=2, warps=1,
@@ -434,14 +477,13 @@ def test_mma_config_folds_on_cuda_cores_where_the_row_is_not_staged(rng, monkeyp
 def test_stages_row_says_where_the_mma_fold_runs():
     # lm_head on 132 SMs: 9496 groups of 16 columns over 4 x 6 x 132 warps (3.0 each) still stage
     # the row for the mma fold (>= 2 groups a warp; session 14's 5-block probes, at the old 4,
-    # silently took the fallback), 8 blocks (2.2) too, not 10 (1.8); nor does K past the stage,
-    # nor an fp16 CUDA-core config. The tests' one-warp grid: 2 groups stage, 1 does not.
+    # silently took the fallback), 8 blocks (2.2) too, not 10 (1.8); nor does K past the stage.
+    # The tests' one-warp grid: 2 groups stage, 1 does not.
     lm = DefaultConfig("float16", 1, 32, False, cols=2, lanes=4, warps=4, blocks_per_sm=4, mma=True)
     at = lambda b: DefaultConfig(**{**lm.__dict__, "blocks_per_sm": b})  # noqa: E731
     assert stages_row(lm, 151936, 2048, 132) and stages_row(at(6), 151936, 2048, 132)
     assert stages_row(at(8), 151936, 2048, 132) and not stages_row(at(10), 151936, 2048, 132)
     assert not stages_row(lm, 151936, STAGE_MAX_K + 8, 132)
-    assert not stages_row(DefaultConfig("float16", 1, 32, False, cols=4), 151936, 2048, 132)
     one = _mma("float16", 72, 32, False)
     assert stages_row(one, 17, 72, 1) and not stages_row(one, 16, 72, 1)
 

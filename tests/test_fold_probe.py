@@ -15,7 +15,11 @@ from int4gemv.kernels.default import choose_config, geometry
 def test_fold_suffixes_parse_or_are_refused():
     assert parse_config("c4u2b4x0")["fold"] == 0 and parse_config("c1u2b8px2")["fold"] == 2
     assert "fold" not in parse_config("c4u2b4")
-    for bad in ("c2l4u2b4mx0", "c4u2b4x1", "c4u2b4x"):
+    assert parse_config("c2u2b4n") == {"cols": 2, "unroll": 2, "blocks_per_sm": 4, "pipeline": False,
+                                       "mma": False, "fold": 1, "stage": "never"}
+    assert parse_config("c4u2b4s")["stage"] == "always"
+    assert parse_config("c4u2b4x2n")["fold"] == 2
+    for bad in ("c2l4u2b4mx0", "c4u2b4x1", "c4u2b4x", "c2l4u2b4mn", "c4u2b4nx0", "c4u2b4ns"):
         with pytest.raises(ValueError):
             parse_config(bad)
 
@@ -46,3 +50,45 @@ def test_fold_twice_adds_the_product_of_the_flipped_nibbles(rng, zp, bs, cols):
     size = (np.abs(first) + np.abs(flipped)) @ np.abs(a.astype(np.float64))
     assert np.all(np.isfinite(y))
     assert np.max(np.abs(y - ref) / size) <= 2e-3
+
+
+@pytest.mark.parametrize("stage", ["never", "always"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_stage_overrides_keep_the_product(rng, monkeypatch, stage, dtype):
+    """``n`` / ``s`` probes: the real fold with the row stage never / always taken, checked
+    against float64; on the simulator the stage fill's calls are counted (taken exactly where
+    asked: one warp with 2 column groups, under the bf16 rule's 4)."""
+    import ml_dtypes
+
+    from int4gemv.device import simulated
+    from int4gemv.kernels import default as default_module
+
+    N, K = 8, 200
+    npdt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    w = ig.quantize(rng.standard_normal((N, K)).astype(np.float32), 32, symmetric=True)
+    a = rng.standard_normal(K).astype(npdt)
+    fills = []
+    if simulated():   # count the fills the kernel runs (every thread of the block: 32)
+        real = default_module.stage_activations
+
+        def counted(cfg, load_act):
+            fill = real(cfg, load_act)
+            return lambda *args: fills.append(1) or fill(*args)
+        monkeypatch.setattr(default_module, "stage_activations", counted)
+    config = replace(choose_config(1, N, K, 32, dtype, False, cols=4, multiprocessors=1),
+                     warps=1, blocks_per_sm=1)
+    # the kernel takes fp16 as float16 values and bf16 as uint16 bits
+    bits = (lambda x: x) if dtype == "float16" else (lambda x: x.view(np.uint16))  # noqa: E731
+    out = cuda.to_device(bits(np.full(N, np.nan, npdt)))
+    args = (cuda.to_device(a.view(np.uint16)), cuda.to_device(w.packed.reshape(-1)),
+            cuda.to_device(bits(w.scales.astype(npdt).reshape(-1))), cuda.to_device(np.zeros(1, np.uint8)),
+            cuda.to_device(bits(np.zeros(1, npdt))), False, out, K, N)
+    kernel = fold_variant_kernel(config, 1, stage)
+    kernel[1, 32](*args)
+    y = out.copy_to_host().view(npdt).astype(np.float64)
+    deq = (w.unpacked().astype(np.float64) - 8) * np.repeat(w.scales.astype(npdt).astype(np.float64), 32, 1)[:, :K]
+    ref = deq @ a.astype(np.float64)
+    size = np.abs(deq) @ np.abs(a.astype(np.float64))
+    assert np.max(np.abs(y - ref) / size) <= 4e-3
+    if simulated():
+        assert len(fills) == (32 if stage == "always" else 0)

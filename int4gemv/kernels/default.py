@@ -33,8 +33,9 @@ Arithmetic, M > 1 (:mod:`.default_batch`): byte ``b`` of a word becomes the exac
 ``(q[2b] - zp, q[2b+1] - zp)`` with one PRMT, one LOP3 and one HFMA2 (:mod:`.nibble_pairs`);
 these pairs line up with activations as they lie in memory, so each row costs one
 ``fma.rn.f16x2`` per pair (fp16), or float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the
-re-paired dequant (no PRMT) and the activations re-paired once per chunk for all columns, about
-2.6 instructions per element (fp16, SASS); with ``config.mma`` (:mod:`.default_mma`) the
+re-paired dequant (no PRMT) and the activations re-paired once per block into shared memory
+(where every warp has a column group and K <= ``STAGE_MAX_K``; else once per chunk for all
+columns), about 2.3 instructions per element (fp16, SASS); with ``config.mma`` (:mod:`.default_mma`) the
 products and group sums on tensor cores. fp16 sums 8 products per half in fp16, then float32;
 bf16 at M > 1 multiplies and accumulates in float32, at M = 1 it takes the fp16 arithmetic on
 the row scaled by a power of two (converted once per block into shared memory, in grids of
@@ -89,7 +90,8 @@ def default_kernel(config: DefaultConfig):
     CHUNKS_PER_GROUP = max(1, BS // 32)
     SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1, .default_mma)
     RANGE_CHECK = SCALAR and not F16     # bf16 M = 1: fp16 arithmetic where the row allows it
-    STAGED = RANGE_CHECK or config.mma   # M = 1 folds that read the row from a shared stage
+    STAGED = SCALAR                      # M = 1 folds read the row from a shared stage where
+                                         # the grid allows (default_config.stages_row)
     STAGE = STAGE_WORDS + WARPS if STAGED else 1   # the re-paired activations (+ a word per warp)
     STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
     MIN_GROUPS = stage_min_groups(config)     # per warp of the grid, for the stage to pay
@@ -190,19 +192,67 @@ def default_kernel(config: DefaultConfig):
                   raw, sv, zv, False)
 
     @cuda.jit(device=True, inline=True)
-    def fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, half):
-        """``fold`` (``fold_m1`` at M = 1, in fp16 arithmetic where ``half``) of step ``st``
+    def fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, staged):
+        """``fold`` (``fold_m1`` at M = 1, on the staged row where ``staged``) of step ``st``
         (the full-step form when it can)."""
         j0 = s + st * L * U
         full = 4 * (st + 1) * L * U <= nwords
         if SCALAR and full:
-            fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, True, half)
+            fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, True, staged)
         elif SCALAR:
-            fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, False, half)
+            fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, False, staged)
         elif full:
             fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, True)
         else:
             fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, False)
+
+    @cuda.jit(device=True, inline=True)
+    def walk(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups, steps, s, p,
+             N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc, stage, staged, unscale):
+        """The warp's column groups from ``g`` (its first step already issued): each step's
+        loads, then its fold. ``staged`` is passed as a constant, so each form of the loop
+        holds one fold."""
+        first = g
+        while g < groups:
+            for st in range(steps):
+                if st > 0 or g != first:
+                    issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb,
+                               nzb, row_bytes, raw, sv, zv)
+                fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, staged)
+            finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
+            g += stride
+
+    @cuda.jit(device=True, inline=True)
+    def walk_pipelined(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups,
+                       steps, s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc,
+                       stage, staged, unscale):
+        """``walk`` with two buffers, A (raw, sv, zv; its first step already issued) and B: the
+        next step's loads (crossing into the warp's next column group) are in flight while this
+        step is folded. The loop body is written out for both buffers so that no buffer is
+        ever copied."""
+        raw_b = cuda.local.array((C, U, 4), np.uint32)
+        sv_b = cuda.local.array((C, U, H), float32)
+        zv_b = cuda.local.array((C, U, H), np.uint32)
+        ga, sa = g, 0
+        while ga < groups:
+            gb, sb = (ga, sa + 1) if sa + 1 < steps else (ga + stride, 0)
+            if gb < groups:
+                issue_step(packed, scales, zero_points, gb, sb, s, p, N, nwords, nchunks, nb,
+                           nzb, row_bytes, raw_b, sv_b, zv_b)
+            fold_step(act, stage, sa, s, nwords, nchunks, K, raw, sv, zv, acc, staged)
+            if sa + 1 == steps:
+                finish(acc, ga * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
+            if gb >= groups:
+                break
+            ga, sa = (gb, sb + 1) if sb + 1 < steps else (gb + stride, 0)
+            if ga < groups:
+                issue_step(packed, scales, zero_points, ga, sa, s, p, N, nwords, nchunks, nb,
+                           nzb, row_bytes, raw, sv, zv)
+            fold_step(act, stage, sb, s, nwords, nchunks, K, raw_b, sv_b, zv_b, acc, staged)
+            if sb + 1 == steps:
+                finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
+
+    walker = walk_pipelined if PIPELINE else walk
 
     @cuda.jit(**bounds)
     def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N):
@@ -223,68 +273,30 @@ def default_kernel(config: DefaultConfig):
         zv = cuda.local.array((C, U, H), np.uint32)
         acc = cuda.local.array((M, C), float32)
         stage = cuda.shared.array(STAGE, np.uint32, alignment=STAGE_ALIGN)
-        # bf16 and the mma fold at M = 1 (grid-uniform: every warp has column groups, so every
-        # thread of a block reaches stage_fill's barriers): the activations staged as fp16
-        # words (bf16: tested and scaled per block)
-        staged = STAGED and groups >= MIN_GROUPS * stride and K <= STAGE_MAX_K
         for m in range(M):
             for c in range(C):
                 acc[m, c] = float32(0.0)
         if PDL:
             allow_next_grid()
-        if PIPELINE:
-            # Two buffers, A (raw, sv, zv) and B: the next step's loads (crossing into the
-            # warp's next column group) are in flight while this step is folded. The loop body
-            # is written out for both buffers so that no buffer is ever copied.
-            raw_b = cuda.local.array((C, U, 4), np.uint32)
-            sv_b = cuda.local.array((C, U, H), float32)
-            zv_b = cuda.local.array((C, U, H), np.uint32)
-            ga, sa = g, 0
-            if ga < groups:
-                issue_step(packed, scales, zero_points, ga, sa, s, p, N, nwords, nchunks, nb,
-                           nzb, row_bytes, raw, sv, zv)
-            if PDL:  # the first weights are in flight while the previous grid ends
-                wait_for_previous_grid()
-            half = not STAGED   # staged while the first loads are in flight
-            unscale = float32(1.0)
-            if staged:
-                half, unscale = stage_fill(act, stage, nwords, nchunks)
-            while ga < groups:
-                gb, sb = (ga, sa + 1) if sa + 1 < steps else (ga + stride, 0)
-                if gb < groups:
-                    issue_step(packed, scales, zero_points, gb, sb, s, p, N, nwords, nchunks, nb,
-                               nzb, row_bytes, raw_b, sv_b, zv_b)
-                fold_step(act, stage, sa, s, nwords, nchunks, K, raw, sv, zv, acc, half)
-                if sa + 1 == steps:
-                    finish(acc, ga * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
-                if gb >= groups:
-                    break
-                ga, sa = (gb, sb + 1) if sb + 1 < steps else (gb + stride, 0)
-                if ga < groups:
-                    issue_step(packed, scales, zero_points, ga, sa, s, p, N, nwords, nchunks, nb,
-                               nzb, row_bytes, raw, sv, zv)
-                fold_step(act, stage, sb, s, nwords, nchunks, K, raw_b, sv_b, zv_b, acc, half)
-                if sb + 1 == steps:
-                    finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
-            return
-        waited = not PDL
-        half = not STAGED             # staged: set by the first step, after the wait
-        unscale = float32(1.0)
-        checked = not staged
-        while g < groups:
-            for st in range(steps):
-                issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
-                           row_bytes, raw, sv, zv)
-                if not waited:  # the first weights are in flight while the previous grid ends
-                    wait_for_previous_grid()
-                    waited = True
-                if not checked:  # staged while those loads fly (every warp gets here)
-                    half, unscale = stage_fill(act, stage, nwords, nchunks)
-                    checked = True
-                fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, half)
-            finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
-            g += stride
-        if not waited:  # a warp with no column group still orders itself after the previous grid
+        if g < groups:
+            issue_step(packed, scales, zero_points, g, 0, s, p, N, nwords, nchunks, nb, nzb,
+                       row_bytes, raw, sv, zv)
+        if PDL:  # the first weights are in flight while the previous grid ends
             wait_for_previous_grid()
+        # M = 1, grid-uniform, while the first weights are in flight: the activations staged as
+        # re-paired fp16 words (bf16: tested and scaled per block; every thread of the block
+        # gets here, warps without a column group too)
+        staged = False
+        unscale = float32(1.0)
+        if STAGED and groups >= MIN_GROUPS * stride and K <= STAGE_MAX_K:
+            staged, unscale = stage_fill(act, stage, nwords, nchunks)
+        if staged:
+            walker(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups, steps,
+                   s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc, stage, True,
+                   unscale)
+        else:
+            walker(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups, steps,
+                   s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc, stage, False,
+                   unscale)
 
     return kernel

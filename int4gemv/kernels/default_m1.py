@@ -1,12 +1,19 @@
 """The default tiling's M = 1 fold: one activation row, so the arithmetic can be re-paired.
 
-With a single row, the activations of a chunk are loaded once and shared by all of a lane's
-columns, so they can be re-paired (``(a0, a4), (a1, a5), (a2, a6), (a3, a7)`` per 8 elements: 4
-PRMT, :func:`.half2.pair_words`) once for every column, and each weight word then needs no
-byte permute: ``(w & 0x000F000F) | 0x64006400`` already lines up with ``(a0, a4)``
+With a single row, the activations of a chunk are shared by all of a lane's columns, so they
+can be re-paired (``(a0, a4), (a1, a5), (a2, a6), (a3, a7)`` per 8 elements: 4 PRMT,
+:func:`.half2.pair_words`) once for every column, and each weight word then needs no byte
+permute: ``(w & 0x000F000F) | 0x64006400`` already lines up with ``(a0, a4)``
 (:func:`.half2.dequant8`, one ``lop3`` and one HFMA2 per pair). Per word: 1 shift, 4 LOP3,
 4 HFMA2 (exact ``q - zp`` pairs) and 4 HFMA2 (products); each half sums 8 products (two words)
 in fp16 before float32, as the M > 1 fold does.
+
+The block re-pairs its fp16 row once into shared memory (:func:`stage_activations`, one pass
+issued while the first weight loads fly) wherever every warp of the grid has a column group and
+K <= ``STAGE_MAX_K`` (:func:`.default_config.stages_row`), and each step reads its words there
+(one ``LDS.128`` per 8 activations): a small shape's warps fold one step, and activations
+loaded by the fold itself put L2 round trips after the weights' arrival (bench/NOTES.md,
+session 15). Elsewhere each step loads and re-pairs its chunks' activations.
 
 bf16 takes the same fp16 arithmetic on its row scaled by a power of two (:mod:`.bf16`: the
 largest ``|a|`` lands in ``[128, 256)``, the results are scaled back in float32), in grids of at
@@ -113,31 +120,31 @@ def stage_activations(config, load_act):
 
 def scalar_fold(config, load_act):
     """The M = 1 fold device function of ``config`` (a :class:`~.default_config.DefaultConfig`):
-    ``fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)`` adds one step's
+    ``fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged)`` adds one step's
     products to ``acc[0, c]``. ``raw``/``sv``/``zv`` are what the default tiling's ``issue``
     loaded, with the zero points as nibbles; ``load_act(act, offset, valid)`` reads 8 activations
-    (4 uint32); ``half`` (bf16 only; fp16 always is) selects the fp16 arithmetic on the words of
-    ``stage``, which the caller may pass only after :func:`stage_activations` returned True."""
+    (4 uint32). ``staged``: fp16 arithmetic on the re-paired words of ``stage`` (the caller may
+    pass it only after :func:`stage_activations` returned True); else fp16 loads and re-pairs its
+    activations itself, and bf16 folds in float32."""
     F16 = config.dtype == "float16"
 
-    fold_half = _fold(config, load_act, True)
-    fold_float = fold_half if F16 else _fold(config, load_act, False)
+    fold_staged = _fold(config, load_act, True, True)
+    fold_loaded = _fold(config, load_act, F16, False)
 
     @cuda.jit(device=True, inline=True)
-    def fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half):
+    def fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged):
         """M = 1 form of the default tiling's fold (see the module docstring)."""
-        if F16:
-            fold_half(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
-        elif half:
-            fold_half(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
+        if staged:
+            fold_staged(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
         else:
-            fold_float(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
+            fold_loaded(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
 
     return fold_m1
 
 
-def _fold(config, load_act, HALF):
-    """The fold in fp16 pair arithmetic (``HALF``) or in float32 (bf16 outside the fp16 range)."""
+def _fold(config, load_act, HALF, STAGED):
+    """The fold in fp16 pair arithmetic (``HALF``) or in float32 (bf16 outside the fp16 range),
+    on the stage's words (``STAGED``, fp16 arithmetic only) or on activations it loads."""
     F16 = config.dtype == "float16"
     C, L, U = config.cols, config.lanes, config.unroll
     ZP, TWO_GROUPS = config.zero_points, config.block_size == 16
@@ -167,12 +174,10 @@ def _fold(config, load_act, HALF):
     @cuda.jit(device=True, inline=True)
     def act_operand(act, stage, j, q, valid):
         """The 8 activations of group ``q`` of chunk ``j`` as :func:`word_dot` takes them (zeros
-        where not ``valid``): re-paired fp16 words ``(a0,a4), (a1,a5), (a2,a6), (a3,a7)`` (fp16:
-        loaded, 4 PRMT; bf16: from the stage), or (float32 fold) their float32 values."""
-        if F16:
-            x = load_act(act, 32 * j + 8 * q, valid)
-            return pair_words(x[0], x[1], x[2], x[3])
-        if HALF:
+        where not ``valid``): re-paired fp16 words ``(a0,a4), (a1,a5), (a2,a6), (a3,a7)`` (from
+        the stage, or fp16 loaded and re-paired: 4 PRMT), or (float32 fold) their float32
+        values."""
+        if STAGED:
             # a select, not a branch: j is a valid (clamped) chunk, so the words can be read
             # and masked (a branch here kept the K-tail guards in the bf16 full step: SASS)
             keep = _ALL if valid else _U0
@@ -180,6 +185,8 @@ def _fold(config, load_act, HALF):
             return (stage[b] & keep, stage[b + _U1] & keep, stage[b + _U2] & keep,
                     stage[b + _U3] & keep)
         x = load_act(act, 32 * j + 8 * q, valid)
+        if F16:
+            return pair_words(x[0], x[1], x[2], x[3])
         return (bf16.low_value(x[0]), bf16.high_value(x[0]), bf16.low_value(x[1]),
                 bf16.high_value(x[1]), bf16.low_value(x[2]), bf16.high_value(x[2]),
                 bf16.low_value(x[3]), bf16.high_value(x[3]))
