@@ -62,6 +62,9 @@ def fold_variant_kernel(config, fold: int, stage: str = "rule"):
 
     if config.M != 1 or config.mma or fold not in (0, 1, 2):
         raise ValueError("fold_variant_kernel: M = 1, the CUDA-core fold, fold 0, 1 or 2")
+    if stage == "always" and config.dtype == "float16":
+        raise ValueError("fold_variant_kernel: the fp16 CUDA-core kernel has no stage (slower where "
+                         "timed: bench/NOTES.md, session 15)")
     C, U, H = config.cols, config.unroll, 2 if config.block_size == 16 else 1
     FLIP = np.uint32(0x11111111)
 

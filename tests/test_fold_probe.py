@@ -52,8 +52,8 @@ def test_fold_twice_adds_the_product_of_the_flipped_nibbles(rng, zp, bs, cols):
     assert np.max(np.abs(y - ref) / size) <= 2e-3
 
 
-@pytest.mark.parametrize("stage", ["never", "always"])
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype, stage", [("float16", "never"), ("bfloat16", "never"),
+                                          ("bfloat16", "always")])
 def test_stage_overrides_keep_the_product(rng, monkeypatch, stage, dtype):
     """``n`` / ``s`` probes: the real fold with the row stage never / always taken, checked
     against float64; on the simulator the stage fill's calls are counted (taken exactly where
@@ -92,3 +92,9 @@ def test_stage_overrides_keep_the_product(rng, monkeypatch, stage, dtype):
     assert np.max(np.abs(y - ref) / size) <= 4e-3
     if simulated():
         assert len(fills) == (32 if stage == "always" else 0)
+
+
+def test_fp16_has_no_stage_to_force():
+    config = choose_config(1, 64, 256, 32, "float16", False, cols=4, multiprocessors=1)
+    with pytest.raises(ValueError, match="no stage"):
+        fold_variant_kernel(config, 1, "always")

@@ -33,9 +33,8 @@ Arithmetic, M > 1 (:mod:`.default_batch`): byte ``b`` of a word becomes the exac
 ``(q[2b] - zp, q[2b+1] - zp)`` with one PRMT, one LOP3 and one HFMA2 (:mod:`.nibble_pairs`);
 these pairs line up with activations as they lie in memory, so each row costs one
 ``fma.rn.f16x2`` per pair (fp16), or float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the
-re-paired dequant (no PRMT) and the activations re-paired once per block into shared memory
-(where every warp has a column group and K <= ``STAGE_MAX_K``; else once per chunk for all
-columns), about 2.3 instructions per element (fp16, SASS); with ``config.mma`` (:mod:`.default_mma`) the
+re-paired dequant (no PRMT) and the activations re-paired once per chunk for all columns, about
+2.3 instructions per element (fp16, SASS); with ``config.mma`` (:mod:`.default_mma`) the
 products and group sums on tensor cores. fp16 sums 8 products per half in fp16, then float32;
 bf16 at M > 1 multiplies and accumulates in float32, at M = 1 it takes the fp16 arithmetic on
 the row scaled by a power of two (converted once per block into shared memory, in grids of
@@ -90,8 +89,8 @@ def default_kernel(config: DefaultConfig):
     CHUNKS_PER_GROUP = max(1, BS // 32)
     SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1, .default_mma)
     RANGE_CHECK = SCALAR and not F16     # bf16 M = 1: fp16 arithmetic where the row allows it
-    STAGED = SCALAR                      # M = 1 folds read the row from a shared stage where
-                                         # the grid allows (default_config.stages_row)
+    STAGED = RANGE_CHECK or config.mma   # M = 1 folds that read the row from a shared stage
+                                         # where the grid allows (default_config.stages_row)
     STAGE = STAGE_WORDS + WARPS if STAGED else 1   # the re-paired activations (+ a word per warp)
     STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
     MIN_GROUPS = stage_min_groups(config)     # per warp of the grid, for the stage to pay
@@ -209,9 +208,9 @@ def default_kernel(config: DefaultConfig):
     @cuda.jit(device=True, inline=True)
     def walk(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups, steps, s, p,
              N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc, stage, staged, unscale):
-        """The warp's column groups from ``g`` (its first step already issued): each step's
-        loads, then its fold. ``staged`` is passed as a constant, so each form of the loop
-        holds one fold."""
+        """The warp's column groups from ``g`` (its first step already issued, so that the
+        row is staged while it flies): each step's loads, then its fold. ``staged`` is passed as
+        a constant, so each form of the loop holds one fold."""
         first = g
         while g < groups:
             for st in range(steps):
@@ -278,19 +277,36 @@ def default_kernel(config: DefaultConfig):
                 acc[m, c] = float32(0.0)
         if PDL:
             allow_next_grid()
+        if not (STAGED or PIPELINE):
+            # Nothing to stage: each step's loads, then its fold; the first weights are in
+            # flight while the previous grid ends
+            waited = not PDL
+            while g < groups:
+                for st in range(steps):
+                    issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb,
+                               nzb, row_bytes, raw, sv, zv)
+                    if not waited:
+                        wait_for_previous_grid()
+                        waited = True
+                    fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, False)
+                finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out, float32(1.0))
+                g += stride
+            if not waited:  # a warp with no column group still orders itself after the grid
+                wait_for_previous_grid()
+            return
         if g < groups:
             issue_step(packed, scales, zero_points, g, 0, s, p, N, nwords, nchunks, nb, nzb,
                        row_bytes, raw, sv, zv)
         if PDL:  # the first weights are in flight while the previous grid ends
             wait_for_previous_grid()
-        # M = 1, grid-uniform, while the first weights are in flight: the activations staged as
-        # re-paired fp16 words (bf16: tested and scaled per block; every thread of the block
-        # gets here, warps without a column group too)
+        # bf16 and the mma fold at M = 1, grid-uniform, while the first weights are in flight:
+        # the activations staged as re-paired fp16 words (bf16: tested and scaled per block;
+        # every thread of the block gets here)
         staged = False
         unscale = float32(1.0)
         if STAGED and groups >= MIN_GROUPS * stride and K <= STAGE_MAX_K:
             staged, unscale = stage_fill(act, stage, nwords, nchunks)
-        if staged:
+        if STAGED and staged:   # (folded away where nothing is staged: one loop compiled)
             walker(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups, steps,
                    s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc, stage, True,
                    unscale)

@@ -10,8 +10,7 @@ import numpy as np
 
 __all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES",
            "MAX_M", "COLS", "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS",
-           "MMA_BLOCKS", "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "F16_STAGE_MIN_GROUPS",
-           "MMA_CHOSEN",
+           "MMA_BLOCKS", "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN",
            "warps_per_sm_target", "stage_min_groups", "stages_row"]
 
 DTYPES = ("float16", "bfloat16")
@@ -100,21 +99,17 @@ def _unroll_spills(M, dtype, zero_points) -> bool:
 #: 2 columns per lane, which its mapping needs; 4 warps per block, 4 blocks per SM (128 registers
 #: a thread).
 MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
-#: The longest activation row the M = 1 stage holds (20 KB a block: rows up to 8192, so the
-#: down projection's 6144 too; longer rows fold in float32 (bf16) or with the activations from
-#: global memory (fp16)), and the column groups each warp of the grid must fold for the bf16
-#: stage to pay (:func:`stages_row`): the bf16 stage is two passes over the activations (the
-#: row's largest magnitude, then the scaled conversion) before the first fold, latency that a
-#: warp with one group cannot hide (H200, commit 93b2d80: k/v bf16 3.33 -> 4.26 us, q/o 4.41 ->
-#: 5.17 with a per-lane test in every warp; bench/NOTES.md). lm_head's warps fold 18 groups
-#: (37984 groups of 4 columns over 2112 warps), the other decode shapes' at most 2.
-STAGE_MAX_K, STAGE_MIN_GROUPS = 8192, 4
-#: The same for an fp16 row on CUDA cores: 0, every grid (a warp without a column group fills
-#: its share of the stage too). Its stage is one pass (the re-paired words, issued while the first weight loads fly), and it
-#: takes the activations' L2 round trips off the end of each warp's first step, where a small
-#: shape's fold otherwise waits for them after its weights arrived (bench/NOTES.md, session 15:
-#: with the fold's arithmetic replaced by an XOR the kernels ran at 95-102 % of the floor).
-F16_STAGE_MIN_GROUPS = 0
+#: The longest activation row the M = 1 stage holds (hidden sizes up to 4096; longer rows fold
+#: in float32 (bf16) or on CUDA cores (the mma configuration)), and the column groups each warp
+#: of the grid must fold for the bf16 stage to pay (:func:`stages_row`): the bf16 stage is two
+#: passes over the activations (the row's largest magnitude, then the scaled conversion) before
+#: the first fold, latency that a warp with one group cannot hide (H200, commit 93b2d80: k/v
+#: bf16 3.33 -> 4.26 us, q/o 4.41 -> 5.17 with a per-lane test in every warp; bench/NOTES.md).
+#: lm_head's warps fold 18 groups (37984 groups of 4 columns over 2112 warps), the other decode
+#: shapes' at most 2. An fp16 row on CUDA cores is never staged: its one-pass stage was slower
+#: wherever timed (H100, session 15: down 2048 x 6144 7.60 against 6.82 us, lm_head 65.30
+#: against 64.64; bench/NOTES.md).
+STAGE_MAX_K, STAGE_MIN_GROUPS = 4096, 4
 #: The same for the mma fold, whose fp16 stage is a plain copy (bf16: plus the range scan): 2, so
 #: that the fold also runs at 5-6 blocks per SM on lm_head (3.0-3.6 groups per warp). Not yet
 #: timed: at 4 the 5-block probes of session 14 silently took the CUDA-core fallback.
@@ -228,22 +223,20 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
 
 
 def stage_min_groups(config: DefaultConfig) -> int:
-    """Column groups each warp of the grid must fold for ``config``'s kernel to stage its row:
-    :data:`MMA_STAGE_MIN_GROUPS` for the mma fold, :data:`STAGE_MIN_GROUPS` for bf16 on CUDA
-    cores, :data:`F16_STAGE_MIN_GROUPS` for fp16 on CUDA cores."""
-    if config.mma:
-        return MMA_STAGE_MIN_GROUPS
-    return STAGE_MIN_GROUPS if config.dtype == "bfloat16" else F16_STAGE_MIN_GROUPS
+    """Column groups each warp of the grid must fold for ``config``'s kernel to stage its row
+    (bf16 or the mma fold at M = 1; see :func:`stages_row`): :data:`MMA_STAGE_MIN_GROUPS` for
+    the mma fold, else :data:`STAGE_MIN_GROUPS`."""
+    return MMA_STAGE_MIN_GROUPS if config.mma else STAGE_MIN_GROUPS
 
 
 def stages_row(config: DefaultConfig, N: int, K: int, multiprocessors: int) -> bool:
     """Whether a launch of ``config`` on ``N x K`` (grid of :func:`geometry`) stages its
-    activation row in shared memory, as the kernel decides from its grid: M = 1,
-    K <= :data:`STAGE_MAX_K` and >= :func:`stage_min_groups` column groups per warp of the grid.
-    Where it does not, an mma configuration folds on CUDA cores (``default_mma``), a bf16 row in
-    float32 and an fp16 row with its activations loaded from global memory; a staged bf16 row
-    out of the fp16 range also folds in float32, which only the kernel sees."""
-    if config.M != 1 or K > STAGE_MAX_K:
+    activation row in shared memory, as the kernel decides from its grid: M = 1, bf16 or the
+    mma fold, K <= :data:`STAGE_MAX_K` and >= :func:`stage_min_groups` column groups per warp of
+    the grid. Where it does not, an mma configuration folds on CUDA cores (``default_mma``), and
+    a bf16 row in float32; a staged bf16 row out of the fp16 range also does, which only the
+    kernel sees."""
+    if config.M != 1 or K > STAGE_MAX_K or not (config.mma or config.dtype == "bfloat16"):
         return False
     (blocks, _, _), _ = geometry(config, N, multiprocessors)
     groups = -(-N // config.columns_per_warp)

@@ -8,13 +8,6 @@ permute: ``(w & 0x000F000F) | 0x64006400`` already lines up with ``(a0, a4)``
 4 HFMA2 (exact ``q - zp`` pairs) and 4 HFMA2 (products); each half sums 8 products (two words)
 in fp16 before float32, as the M > 1 fold does.
 
-The block re-pairs its fp16 row once into shared memory (:func:`stage_activations`, one pass
-issued while the first weight loads fly) wherever every warp of the grid has a column group and
-K <= ``STAGE_MAX_K`` (:func:`.default_config.stages_row`), and each step reads its words there
-(one ``LDS.128`` per 8 activations): a small shape's warps fold one step, and activations
-loaded by the fold itself put L2 round trips after the weights' arrival (bench/NOTES.md,
-session 15). Elsewhere each step loads and re-pairs its chunks' activations.
-
 bf16 takes the same fp16 arithmetic on its row scaled by a power of two (:mod:`.bf16`: the
 largest ``|a|`` lands in ``[128, 256)``, the results are scaled back in float32), in grids of at
 least ``STAGE_MIN_GROUPS`` column groups per warp and K <= ``STAGE_MAX_K``
@@ -123,9 +116,9 @@ def scalar_fold(config, load_act):
     ``fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged)`` adds one step's
     products to ``acc[0, c]``. ``raw``/``sv``/``zv`` are what the default tiling's ``issue``
     loaded, with the zero points as nibbles; ``load_act(act, offset, valid)`` reads 8 activations
-    (4 uint32). ``staged``: fp16 arithmetic on the re-paired words of ``stage`` (the caller may
-    pass it only after :func:`stage_activations` returned True); else fp16 loads and re-pairs its
-    activations itself, and bf16 folds in float32."""
+    (4 uint32). ``staged`` (bf16; fp16 never is): fp16 arithmetic on the re-paired words of
+    ``stage`` (the caller may pass it only after :func:`stage_activations` returned True); else
+    fp16 loads and re-pairs its activations itself, and bf16 folds in float32."""
     F16 = config.dtype == "float16"
 
     fold_staged = _fold(config, load_act, True, True)
