@@ -69,7 +69,9 @@ def _target(ins):
 
 def steady_path(ins: list, is_weight_load, outer: bool = False) -> list:
     """Indices of one pass of the innermost loop (a backward ``BRA``) holding the most
-    instructions for which ``is_weight_load(instruction)`` (``outer``: of the smallest loop
+    instructions for which ``is_weight_load(instruction)``, a loop that reads shared memory
+    first (the default tiling's bf16 and mma kernels hold one step loop per fold, and the GPU
+    runs the staged one on lm_head) (``outer``: of the smallest loop
     around that one, its inner loop passed once), on its guard-free path: of each warp-uniform
     if/else (``@P BRA else; then; BRA join; else: ...; join:``) the side with fewer FFMA (bf16:
     the staged fp16 fold, not the float32 one), then more unpredicated weight loads (no
@@ -82,11 +84,12 @@ def steady_path(ins: list, is_weight_load, outer: bool = False) -> list:
         t = _target(x)
         if x[2].startswith("BRA") and t in where and where[t] <= i:
             body = range(where[t], i + 1)
-            loops.append((sum(map(is_weight_load, (ins[j] for j in body))), -len(body), body))
-    _, _, body = max(loops)
+            staged = any(ins[j][2].startswith("LDS") for j in body)
+            loops.append((staged, sum(map(is_weight_load, (ins[j] for j in body))), -len(body), body))
+    *_, body = max(loops)
     inner = body
     if outer:
-        around = [b for _, _, b in loops if b.start <= body.start and body.stop <= b.stop
+        around = [b for *_, b in loops if b.start <= body.start and body.stop <= b.stop
                   and len(b) > len(body)]
         body = min(around, key=len) if around else body
     lo, hi = body.start, body.stop

@@ -59,3 +59,21 @@ BF16_LISTING = "\n".join([
 def test_sass_m1_skips_the_stage_and_takes_the_staged_fold_over_the_float32_one():
     ins = parse(BF16_LISTING)
     assert steady_path(ins, is_weight_load) == [0, 1, 4, 8, 9, 10, 11]
+
+
+# Since session 15 the staged and the float32 folds are separate loops (one compiled per fold):
+# the shorter one loads its activations (FFMA), the other reads the stage (LDS).
+TWO_LOOPS = "\n".join([
+    ".L_x_0:",
+    "        /*0000*/                   LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;",
+    "        /*0010*/                   FFMA R8, R4, R9, R8 ;",
+    "        /*0020*/               @P0 BRA `(.L_x_0) ;",
+    ".L_x_1:",
+    "        /*0030*/                   LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;",
+    "        /*0040*/                   LDS R10, [R3] ;",
+    "        /*0050*/                   HFMA2 R11, R4, R10, RZ ;",
+    "        /*0060*/               @P1 BRA `(.L_x_1) ;"])
+
+
+def test_sass_m1_takes_the_loop_that_reads_the_stage():
+    assert steady_path(parse(TWO_LOOPS), is_weight_load) == [3, 4, 5, 6]
