@@ -322,24 +322,15 @@ def test_fp16_m1_on_cuda_cores_never_stages_its_row():
         assert not stages_row(f16(cols=cols, blocks_per_sm=4), N, K, 132)
 
 
-def test_fp16_m1_rows_longer_than_the_stage_load_their_activations(rng):
-    # one warp walking 3 columns of a row past any stage: 2 steps, the second partial
+@pytest.mark.parametrize("dtype, N", [("float16", 3), ("bfloat16", 5)])
+def test_m1_rows_longer_than_the_stage(rng, dtype, N):
+    # K > STAGE_MAX_K: not staged (the stage holds 4096 activations): fp16 loads its
+    # activations, bf16 folds in float32; one warp walking N columns, 2 steps (the second partial).
     K = STAGE_MAX_K + 40
-    a, w, bias = make(rng, 3, K, 32, False, 1, "float16")
-    config = DefaultConfig("float16", 1, 32, False, cols=1, lanes=32, unroll=2, warps=1,
-                           blocks_per_sm=1)
-    y, _ = run(a, w, bias, "float16", config=config, multiprocessors=1)
-    check(y, a, w, bias, "float16")
-
-
-def test_bf16_m1_rows_longer_than_the_stage_fold_in_float32(rng):
-    # K > STAGE_MAX_K: not staged (the stage holds 4096 activations), one warp walking 5 columns.
-    K = STAGE_MAX_K + 40
-    a, w, bias = make(rng, 5, K, 32, False, 1, "bfloat16")
-    config = DefaultConfig("bfloat16", 1, 32, False, cols=1, lanes=32, unroll=2, warps=1,
-                           blocks_per_sm=1)
-    y, _ = run(a, w, bias, "bfloat16", config=config, multiprocessors=1)
-    check(y, a, w, bias, "bfloat16")
+    a, w, bias = make(rng, N, K, 32, False, 1, dtype)
+    config = DefaultConfig(dtype, 1, 32, False, cols=1, lanes=32, unroll=2, warps=1, blocks_per_sm=1)
+    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
+    check(y, a, w, bias, dtype)
 
 
 def test_bf16_m1_stage_filled_by_every_warp_of_a_block(rng):
