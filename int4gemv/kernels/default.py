@@ -34,7 +34,7 @@ Arithmetic, M > 1 (:mod:`.default_batch`): byte ``b`` of a word becomes the exac
 these pairs line up with activations as they lie in memory, so each row costs one
 ``fma.rn.f16x2`` per pair (fp16), or float32 FFMA (bf16). M = 1 (:mod:`.default_m1`): the
 re-paired dequant (no PRMT) and the activations re-paired once per chunk for all columns, about
-2.3 instructions per element (fp16, SASS); with ``config.mma`` (:mod:`.default_mma`) the
+2.6 instructions per element (fp16, SASS); with ``config.mma`` (:mod:`.default_mma`) the
 products and group sums on tensor cores. fp16 sums 8 products per half in fp16, then float32;
 bf16 at M > 1 multiplies and accumulates in float32, at M = 1 it takes the fp16 arithmetic on
 the row scaled by a power of two (converted once per block into shared memory, in grids of
