@@ -7,7 +7,9 @@
 #      bf16): the default tiling as chosen against the stream floor, and the configurations
 #      $CONFIGS as probe rows, in ONE process (two processes sharing the GPU starved the default
 #      rows in session 14);
-#   3. the GPU tests of the mma fold and of the decode-shape choices (pytest -n 8).
+#   3. the GPU tests of the mma fold and of the decode-shape choices (pytest -n 8), last: a pytest
+#      cut by its bound leaves its xdist workers on the GPU (session 15, call 3: the timings that
+#      followed were contended), so they are killed after it.
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/m1_mma_device.sh
 # (LMHEAD=0: skip stage 2). BENCH_GIT_COMMIT names the tree's commit in the results files: the
 # device copy's own git metadata may be stale (session 14's files all read efa897a).
@@ -34,4 +36,4 @@ timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -n 8 --tb=sho
     tests/test_default_kernel.py tests/test_configurations.py tests/test_tuning.py tests/test_fold_probe.py \
     -k "mma or decode_shapes or lm_head or halves_columns or halved or fold" \
     > "$out/pytest-mma.log" 2>&1
-echo "pytest exit $?"; tail -4 "$out/pytest-mma.log"
+echo "pytest exit $?"; pkill -f "pytest.*-n 8" || true; tail -4 "$out/pytest-mma.log"

@@ -34,8 +34,9 @@ def _skip(plan, variant) -> bool:
 
 
 def run_targets(plan, variants, args, simulated: bool, checkpoint=None) -> dict:
-    """The document's body; ``checkpoint(partial body)`` is called after each shape and format
-    on the GPU (so a run cut short leaves its rows behind)."""
+    """The document's body; ``checkpoint(partial body)`` is called after each row on the GPU (so
+    a run cut short leaves every row it timed behind: session 15's cut runs, checkpointed per
+    shape, left empty files)."""
     if simulated:
         return _run_simulated(plan, variants, args)
     return _run_gpu(plan, variants, args, checkpoint or (lambda partial: None))
@@ -133,6 +134,11 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
     dev = cuda.get_current_device()
     sms = dev.MULTIPROCESSOR_COUNT
     bw = copy_bandwidth()
+
+    def save():
+        checkpoint({"timed": True, "partial": True, "rows": rows, "skipped": skipped,
+                    "copy_bandwidth_gbs": bw / 1e9})
+
     stream = torch.cuda.Stream()
     gen = torch.Generator(device="cuda").manual_seed(0)
     rotate = args.rotate_mb << 20
@@ -172,6 +178,7 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
         rows.append(result_row("floor", "stream", label, N, K, None, bs, zp, None, us=t.us, p10_us=t.p10_us,
                          p90_us=t.p90_us, floor_us=t.us, pct_floor=100.0, pct_copy=pct(nbytes, t.us),
                          ok=ok, kernel=f"stream {config}", copies=copies, bytes=nbytes))
+        save()
         print(f"floor   {label:8} bs{bs:3d} zp{int(zp)} {t.us:8.2f} us  {config}  checksum {'ok' if ok else 'WRONG'}",
               flush=True)
         for dtype in args.dtypes:
@@ -190,15 +197,15 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                                    (label, N, K, M, bs, zp, dtype, nbytes, floor, tg, pct), skipped)
                     if row is not None:
                         rows.append(row)
+                        save()
                 for label_c in _probes(args, label, M):
                     probe = tc_probe_row if is_tc_spec(label_c) else probe_row
                     rows.append(probe(label_c, ws, a, out, ref, floor, tg, copies, timer, args, sms,
                                       (label, N, K, bs, zp, dtype, nbytes, pct)))
+                    save()
                 del a, out, ref
         del packed, scales, zps, w16, peer, keep
         torch.cuda.empty_cache()
-        checkpoint({"timed": True, "partial": True, "rows": rows, "skipped": skipped,
-                    "copy_bandwidth_gbs": bw / 1e9})
     return {"timed": True, "rows": rows, "skipped": skipped, "copy_bandwidth_gbs": bw / 1e9,
             "stream_sweeps": sweeps(),
             "copy_bandwidth_end_gbs": copy_bandwidth(remeasure=True) / 1e9,
