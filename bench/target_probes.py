@@ -50,11 +50,10 @@ def fold_variant_kernel(config, fold: int, stage: str = "rule"):
     shared). Splits a kernel's time over its floor into what the arithmetic costs and the rest
     (bench/NOTES.md, session 15). ``fold=1`` keeps the fold. ``stage``: ``"rule"`` (the
     package's :func:`~int4gemv.kernels.default_config.stage_min_groups`), ``"never"`` (a rule no
-    grid meets) or ``"always"`` (0 groups a warp; K <= the stage's still). A separate
+    grid meets) or ``"always"`` (bf16 only: 0 groups a warp; K <= the stage's still). A separate
     compilation; the package's kernels are untouched."""
     from unittest import mock
 
-    import numpy as np
     from numba import cuda, float32
 
     import int4gemv.kernels.default as default_module
@@ -72,7 +71,7 @@ def fold_variant_kernel(config, fold: int, stage: str = "rule"):
         real = scalar_fold(cfg, load_act)
 
         @cuda.jit(device=True, inline=True)
-        def loads_only(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half):
+        def loads_only(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged):
             for c in range(C):   # every loaded word, scale and zero point is used
                 x = np.uint32(0)
                 scale = float32(0.0)
@@ -85,13 +84,13 @@ def fold_variant_kernel(config, fold: int, stage: str = "rule"):
                 acc[0, c] += float32(x & np.uint32(1)) * scale
 
         @cuda.jit(device=True, inline=True)
-        def twice(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half):
-            real(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)
+        def twice(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged):
+            real(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged)
             for c in range(C):
                 for u in range(U):
                     for i in range(4):
                         raw[c, u, i] ^= FLIP
-            real(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)
+            real(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged)
 
         return (loads_only, real, twice)[fold]
 
