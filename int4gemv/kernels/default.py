@@ -228,7 +228,8 @@ def default_kernel(config: DefaultConfig):
         """``walk`` with two buffers, A (raw, sv, zv; its first step already issued) and B: the
         next step's loads (crossing into the warp's next column group) are in flight while this
         step is folded. The loop body is written out for both buffers so that no buffer is
-        ever copied."""
+        ever copied (a shared step function returning the next position fails Numba's
+        inliner: "Calling a closure with *args is unsupported")."""
         raw_b = cuda.local.array((C, U, 4), np.uint32)
         sv_b = cuda.local.array((C, U, H), float32)
         zv_b = cuda.local.array((C, U, H), np.uint32)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32
 
-from .default_config import MMA_COLS, MMA_LANES
+from .default_config import MMA_LANES
 from .default_m1 import CHUNK_STRIDE, ZERO_SLOT, scalar_fold
 from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, zero_point_constants
 from .mma import mma_f16
@@ -50,11 +50,11 @@ __all__ = ["mma_fold"]
 
 def mma_fold(config, load_act):
     """The M = 1 tensor-core fold of ``config`` (a :class:`~.default_config.DefaultConfig` with
-    ``mma``): ``fold(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)``, the
-    signature and contract of :func:`.default_m1.scalar_fold`."""
-    if not (config.M == 1 and config.lanes == MMA_LANES and config.cols == MMA_COLS):
-        raise ValueError(f"the mma fold needs M = 1, lanes = {MMA_LANES}, cols = {MMA_COLS}; "
-                         f"got {config}")
+    ``mma``, whose check ensures M = 1 and the tiling the mapping needs): ``fold(act, stage, j0,
+    nwords, nchunks, raw, sv, zv, acc, full, staged)``, the signature and contract of
+    :func:`.default_m1.scalar_fold`."""
+    if not config.mma:
+        raise ValueError(f"the mma fold needs a DefaultConfig with mma=True; got {config}")
     U, ZP, TWO_GROUPS = config.unroll, config.zero_points, config.block_size == 16
     fold_scalar = scalar_fold(config, load_act)
 
@@ -96,12 +96,12 @@ def mma_fold(config, load_act):
                 acc[0, 1] += (d2 + d3) * sv[1, u, 0]
 
     @cuda.jit(device=True, inline=True)
-    def fold(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half):
-        """One step's products into ``acc[0, 0..1]`` (see the module docstring); ``half``: the
-        row is staged (fp16 words)."""
-        if half:
+    def fold(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged):
+        """One step's products into ``acc[0, 0..1]`` (see the module docstring); ``staged``: the
+        row is in the stage (fp16 words)."""
+        if staged:
             fold_mma(stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
         else:
-            fold_scalar(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, half)
+            fold_scalar(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged)
 
     return fold
