@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench.sass_control import annotate
+
 __all__ = ["parse", "steady_path", "loads_before_first_use", "is_weight_load", "measure", "CASES", "main"]
 
 _LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)\s*([^;]*);")
@@ -250,6 +252,12 @@ def measure(name, sass_dir=None) -> dict:
                             cubin], capture_output=True, text=True, check=True)
         sass = subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-c", cubin],
                               capture_output=True, text=True, check=True).stdout
+        if sass_dir:   # the listing with each instruction's scoreboards (bench.sass_control)
+            hexed = subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-hex", "-c", cubin],
+                                   capture_output=True, text=True, check=True).stdout
+            with open(os.path.join(sass_dir, re.sub(r"\W+", "_", name) + ".control"), "w") as f:
+                for offset, control, text in annotate(hexed):
+                    f.write(f"{offset}:\n" if control is None else f"{offset} {control}  {text}\n")
     if sass_dir:
         with open(os.path.join(sass_dir, re.sub(r"\W+", "_", name) + ".sass"), "w") as f:
             f.write(sass)
@@ -280,7 +288,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sass_m1", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", action="append", help="a CASES name (repeatable)")
-    ap.add_argument("--sass-dir", help="write each listing here")
+    ap.add_argument("--sass-dir", help="write each listing here (NAME.sass, and NAME.control with "
+                                       "each instruction's scoreboards: bench.sass_control)")
     args = ap.parse_args(argv)
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         ap.error("NUMBA_ENABLE_CUDASIM is set: the simulator compiles nothing; unset it")

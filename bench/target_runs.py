@@ -19,7 +19,7 @@ from .target_probes import probe_row
 from .target_tc_probes import is_tc_spec, tc_probe_row, tc_shapes
 from .target_rows import MIN_LAUNCHES, norm_error, result_row
 
-__all__ = ["run_targets"]
+__all__ = ["device_reference", "run_targets"]
 
 
 def _tuning(variant):
@@ -190,7 +190,7 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                 tg = tiny.get((label, M))
                 a = (torch.randn((M, K), device="cuda", generator=gen) * 0.5).to(tdt)
                 out = torch.empty((M, N), device="cuda", dtype=tdt)
-                ref = _reference(torch, a, packed[0], scales[0].to(tdt), zps[0], N, K, bs, zp)
+                ref = device_reference(torch, a, packed[0], scales[0].to(tdt), zps[0], N, K, bs, zp)
                 torch.cuda.synchronize()          # a is written before any launch on stream reads it
                 for v in variants:
                     row = _variant(v, ws, a, out, ref, stream, timer, args, copies,
@@ -290,7 +290,7 @@ def _tinygemm(peer, N, K, M, rotate, timer, args, rows, label):
     return t.us
 
 
-def _reference(torch, a, packed, scales, zps, N, K, bs, zp):
+def device_reference(torch, a, packed, scales, zps, N, K, bs, zp):
     """float64 ``a · dequant(W)ᵀ`` on the device, returned to the host."""
     nb = -(-K // bs)
     q = torch.stack((packed & 15, packed >> 4), dim=-1).reshape(N, nb * bs)[:, :K].double()
