@@ -326,3 +326,39 @@ def test_time_gemv_and_compare_time_on_the_gpu():
     for method, heights in bars:  # one bar per shape at the method's GB/s (0: not timed there)
         want = [next((r.gbs for r in timed if (r.N, r.K) == s and r.method == method), 0) for s in shapes]
         assert heights == pytest.approx(want), method
+
+
+# -- the replay timer's warm-up ---------------------------------------------------------------------------
+def test_measure_replays_warms_up_for_a_count_and_for_a_time(monkeypatch):
+    """At least ``warmup`` untimed replays, and replays until ``warmup_s`` has passed (an idle
+    GPU's clocks ramp for tens of milliseconds: bench/NOTES.md, session 16), then ``replays``
+    timed ones; negative values are refused before anything runs."""
+    import time
+
+    from numba import cuda
+
+    from int4gemv.benchmark.timing import DEFAULT_WARMUP_S, measure_replays
+
+    class Event:    # the simulator's events take no arguments and time nothing
+        def record(self, stream):
+            pass
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(cuda, "event", lambda timing: Event(), raising=False)
+    monkeypatch.setattr(cuda, "event_elapsed_time", lambda a, b: 1.0, raising=False)
+    assert DEFAULT_WARMUP_S >= 0.1
+    calls = []
+    start = time.perf_counter()
+    t = measure_replays(lambda: calls.append(time.perf_counter()), 0, replays=4, warmup=2,
+                        warmup_s=0.05)
+    untimed = calls[:-4]
+    assert t.replays == 4 and len(calls) >= 2 + 4
+    assert untimed[-1] - start >= 0.05 - 1e-3    # still warming up at 50 ms
+    calls.clear()
+    measure_replays(lambda: calls.append(1), 0, replays=3, warmup=5, warmup_s=0.0)
+    assert len(calls) == 5 + 3                   # the count alone when no time is asked
+    for bad in (dict(warmup=-1), dict(warmup_s=-0.5), dict(warmup_s=float("nan"))):
+        with pytest.raises(ValueError, match="warmup"):
+            measure_replays(lambda: calls.append(1), 0, **bad)

@@ -26,6 +26,7 @@ from ..backend import require_gpu
 __all__ = [
     "DEFAULT_REPLAYS",
     "DEFAULT_WARMUP",
+    "DEFAULT_WARMUP_S",
     "MIN_LAUNCHES",
     "EagerTiming",
     "Timing",
@@ -35,7 +36,12 @@ __all__ = [
 ]
 
 DEFAULT_REPLAYS = 30   # timed replays (the median is reported); at least 20 in the bench
-DEFAULT_WARMUP = 3     # untimed replays first
+DEFAULT_WARMUP = 3     # untimed replays first, at least
+#: Seconds of untimed replays first, at least: a GPU left idle (while the next kernel compiles)
+#: drops its clocks, and 3 replays did not bring them back: an H100 timed the first 20 replays
+#: of lm_head after a compile at p10 63.2 / median 71.0 µs, and 1500 replays of the same graph
+#: with no idle gap at 63.5 / 63.7 (bench/NOTES.md, session 16). Same as :data:`COPY_WARMUP_S`.
+DEFAULT_WARMUP_S = 0.25
 MIN_LAUNCHES = 20      # launches per graph at least (amortizes the graph launch itself)
 
 
@@ -73,21 +79,27 @@ class EagerTiming:
 
 
 def measure_replays(replay, stream, *, launches: int = 1, replays: int = DEFAULT_REPLAYS,
-                    warmup: int = DEFAULT_WARMUP) -> Timing:
+                    warmup: int = DEFAULT_WARMUP, warmup_s: float = DEFAULT_WARMUP_S) -> Timing:
     """Event timing of ``replay()`` on ``stream`` (a raw ``CUstream`` int or an object with
     ``.cuda_stream``); ``launches`` kernel launches per replay. Median of ``replays`` after
-    ``warmup`` untimed replays."""
+    untimed replays: at least ``warmup`` of them, and until the GPU has run them for
+    ``warmup_s`` seconds (each waited for, so that the time is the GPU's)."""
     from numba import cuda
 
     from ..device import stream_handle
 
     if replays < 1 or launches < 1:
         raise ValueError(f"replays and launches must be >= 1; got {replays}, {launches}")
+    if warmup < 0 or not warmup_s >= 0:
+        raise ValueError(f"warmup and warmup_s must be >= 0; got {warmup}, {warmup_s}")
     require_gpu("int4gemv.benchmark.measure_replays")
     handle = stream_handle(stream)
     s = cuda.external_stream(handle) if handle else cuda.default_stream()
-    for _ in range(warmup):
+    done, warm_until = 0, time.perf_counter() + warmup_s
+    while done < warmup or time.perf_counter() < warm_until:
         replay()
+        s.synchronize()
+        done += 1
     s.synchronize()
     start, end = cuda.event(timing=True), cuda.event(timing=True)
     samples = []
@@ -134,7 +146,7 @@ def _median_seconds(copy, stream, replays: int) -> float:
         for _ in range(8):
             copy()
         stream.synchronize()
-    return measure_replays(copy, stream, replays=replays, warmup=0).us * 1e-6
+    return measure_replays(copy, stream, replays=replays, warmup=0, warmup_s=0).us * 1e-6
 
 
 def _torch_copy_seconds(device_id: int, nbytes: int, replays: int):
