@@ -8,8 +8,9 @@ import pytest
 from numba import config, cuda
 
 from int4gemv.kernels import bf16
-from int4gemv.kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, pair_words, zero_point_constants
-from int4gemv.kernels.intrinsics import and_or, pack_half2, prefetch_l2
+from int4gemv.kernels.half2 import (NO_ZP_HIGH, NO_ZP_LOW, dequant8, offset_pairs8, pair_words,
+                                    zero_point_constants)
+from int4gemv.kernels.intrinsics import and_or, float_as_int, int_as_float, pack_half2, prefetch_l2
 from int4gemv.kernels.vector_loads import load4, load8, load16, prefetch_l1
 
 LANES = 32
@@ -61,6 +62,39 @@ def test_and_or_pairs_dequant_and_wide_loads_match_their_definitions(rng):
             assert list(_halves(got[i, 5 + k])) == [q[k] - zp[i], q[k + 4] - zp[i]]
         r = raw[16 * i:16 * i + 16].view(np.uint32)
         assert list(got[i, 9:13]) == list(r) and list(got[i, 13:15]) == list(r[2:4]) and got[i, 15] == r[1]
+
+
+@cuda.jit
+def _offsets_and_bits(words, values, pairs, bits, back):
+    i = cuda.grid(1)
+    if i < words.shape[0]:
+        p = offset_pairs8(words[i])
+        for k in range(4):
+            pairs[i, k] = p[k]
+        bits[i] = float_as_int(values[i])
+        back[i] = int_as_float(bits[i])
+
+
+def test_offset_pairs_and_float_bits_match_their_definitions(rng):
+    # offset_pairs8: (1024 + q_k, 1024 + q_{k+4}) for k = 0, 2 and (64 + q_k, 64 + q_{k+4}) for
+    # k = 1, 3, exact; float_as_int / int_as_float: the IEEE bits both ways (signs, NaN, tiny).
+    n = LANES
+    words = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    words[0], words[1] = 0, 0xFFFFFFFF
+    values = rng.standard_normal(n).astype(np.float32) * np.float32(1e3)
+    values[:4] = [-0.0, np.float32(1e-45), -np.float32(3.4e38), np.nan]
+    pairs = cuda.to_device(np.zeros((n, 4), np.uint32))
+    bits = cuda.to_device(np.zeros(n, np.int32))
+    back = cuda.to_device(np.zeros(n, np.float32))
+    _offsets_and_bits[1, LANES](cuda.to_device(words), cuda.to_device(values), pairs, bits, back)
+    got = pairs.copy_to_host()
+    for i in range(n):
+        q = [(int(words[i]) >> (4 * e)) & 15 for e in range(8)]
+        for k in range(4):
+            base = 1024 if k % 2 == 0 else 64
+            assert list(_halves(got[i, k])) == [base + q[k], base + q[k + 4]], (i, k)
+    assert np.array_equal(bits.copy_to_host(), values.view(np.int32))
+    assert np.array_equal(back.copy_to_host().view(np.int32), values.view(np.int32))
 
 
 @cuda.jit

@@ -56,7 +56,7 @@ from . import bf16
 from .default_batch import batch_fold
 from .default_config import (COLS, DTYPES, LANES, MAX_M, STAGE_MAX_K, UNROLLS, DefaultConfig,
                              choice_reasons, choose_config, geometry, stage_min_groups)
-from .default_m1 import STAGE_WORDS, scalar_fold, stage_activations
+from .default_m1 import STAGE_SIZE, scalar_fold, stage_activations
 from .default_mma import mma_fold
 from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
@@ -91,7 +91,7 @@ def default_kernel(config: DefaultConfig):
     RANGE_CHECK = SCALAR and not F16     # bf16 M = 1: fp16 arithmetic where the row allows it
     STAGED = RANGE_CHECK or config.mma   # M = 1 folds that read the row from a shared stage
                                          # where the grid allows (default_config.stages_row)
-    STAGE = STAGE_WORDS + WARPS if STAGED else 1   # the re-paired activations (+ a word per warp)
+    STAGE = STAGE_SIZE if STAGED else 1   # the re-paired activations, a word per warp, a zero slot
     STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
     MIN_GROUPS = stage_min_groups(config)     # per warp of the grid, for the stage to pay
     Z = np.uint32(0)

@@ -29,10 +29,11 @@ from numba import cuda, float32
 from . import bf16
 from .default_config import STAGE_MAX_K
 from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, dot8, pair_words, zero_point_constants
-from .intrinsics import half2_sum, shfl_xor
+from .intrinsics import float_as_int, half2_sum, shfl_xor
 from .nibble_pairs import half_high, half_low
 
-__all__ = ["scalar_fold", "stage_activations", "STAGE_WORDS", "CHUNK_STRIDE", "ZERO_SLOT"]
+__all__ = ["scalar_fold", "stage_activations", "STAGE_WORDS", "STAGE_SIZE", "CHUNK_STRIDE", "ZERO_SLOT",
+           "CORRECTION"]
 
 _U0, _U1, _U2, _U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
 _ALL = np.uint32(0xFFFFFFFF)
@@ -43,33 +44,56 @@ _ALL = np.uint32(0xFFFFFFFF)
 #: ``20 s mod 32`` = 0, 20, 8, 28, 16, 4, 24, 12: 32 different banks, no conflict. (17, the
 #: stride for scalar reads, left odd chunks unaligned: 4 ``LDS`` and their address math per group.)
 CHUNK_STRIDE = 20
-#: The first chunk's 4 padding words, zeroed by the stage fill: a 16-byte zero read.
-ZERO_SLOT = 16
-#: The stage's size in uint32 words: 10 KB per block.
+#: Where a chunk's 4 padding words start: for the mma fold (:mod:`.default_mma`) the stage fill
+#: puts there the float32 bits of ``C_h = 1024 S_lo + 64 S_hi`` and ``T_h = S_lo + S_hi`` of the
+#: chunk's halves ``h`` (``C_0, C_1, T_0, T_1``; ``S_lo``/``S_hi``: the sums of the staged
+#: activations of the half's low/high nibbles, i.e. its even/odd elements): one ``LDS.128``.
+CORRECTION = 16
+#: The row's words: 10 KB per block.
 STAGE_WORDS = STAGE_MAX_K // 32 * CHUNK_STRIDE
+#: 4 zero words after the bf16 fill's per-warp words (up to 8 warps), zeroed by the stage fill
+#: for the mma fold: a 16-byte zero read.
+ZERO_SLOT = STAGE_WORDS + 8
+#: The stage's size in uint32 words.
+STAGE_SIZE = ZERO_SLOT + 4
 
 
 def stage_activations(config, load_act):
     """``fill(act, stage, nwords, nchunks) -> (half, unscale)``: the block converts the activation
     row (``load_act`` as in :func:`scalar_fold`; words past K as zeros) into re-paired fp16
     words, chunk ``j``'s 16 at ``stage[CHUNK_STRIDE * j + 4 * q + e]`` (``q``: its 8-element
-    group) and (with ``config.mma``) zeros in the first chunk's 4 padding words
-    ``stage[ZERO_SLOT ..]`` (a 16-byte zero operand for :mod:`.default_mma`), and returns, to
-    every thread of the block, whether the row takes the fp16 arithmetic and the float32 factor
-    that undoes its scale.
+    group) and, with ``config.mma``, 4 zeros at ``stage[ZERO_SLOT ..]`` (a 16-byte zero operand
+    for :mod:`.default_mma`) and each chunk's offset sums at :data:`CORRECTION` (one more pass
+    and barrier), and returns, to every thread of the block, whether the row takes the fp16
+    arithmetic and the float32 factor that undoes its scale.
     bf16: the row scaled by its power of two (:func:`.bf16.row_scales`; ``2**-s`` undoes it,
     1 where the row is out of range and not staged), two passes over the row: its largest
     magnitude (each warp's by shuffles, the block's through ``stage[STAGE_WORDS + warp]``), then
     the conversion. fp16: one pass, the words as they are (always ``(True, 1.0)``). Every thread
-    of the block must call it (two barriers for bf16, one for fp16);
-    K <= :data:`.default_config.STAGE_MAX_K`; ``stage`` holds ``STAGE_WORDS + warps`` words."""
+    of the block must call it (two barriers for bf16, one for fp16; one more with the mma fold);
+    K <= :data:`.default_config.STAGE_MAX_K`; ``stage`` holds :data:`STAGE_SIZE` words."""
     THREADS, WARPS = 32 * config.warps, config.warps
-    F16, ZERO = config.dtype == "float16", config.mma   # the zero slot: only the mma fold reads it
+    F16, MMA = config.dtype == "float16", config.mma   # the zero slot and sums: the mma fold's
 
     @cuda.jit(device=True, inline=True)
-    def pad(stage):
-        if ZERO and cuda.threadIdx.x < 4:
-            stage[ZERO_SLOT + cuda.threadIdx.x] = _U0
+    def pad(stage, nchunks):
+        """The mma fold's zero slot and, after a barrier, its per-half sums (:data:`CORRECTION`),
+        from the staged words as the fold will read them (a second pass over the stage)."""
+        if MMA:
+            if cuda.threadIdx.x < 4:
+                stage[ZERO_SLOT + cuda.threadIdx.x] = _U0
+            cuda.syncthreads()
+            for i in range(cuda.threadIdx.x, 2 * nchunks, THREADS):
+                j, h = i // 2, i % 2
+                b = np.uint32(CHUNK_STRIDE * j + 8 * h)
+                low, high = float32(0.0), float32(0.0)
+                for e in range(0, 8, 2):      # words (a0, a4), (a2, a6): low nibbles; then high
+                    low += half_low(stage[b + np.uint32(e)]) + half_high(stage[b + np.uint32(e)])
+                    high += (half_low(stage[b + np.uint32(e + 1)])
+                             + half_high(stage[b + np.uint32(e + 1)]))
+                c = np.uint32(CHUNK_STRIDE * j + CORRECTION + h)
+                stage[c] = np.uint32(float_as_int(float32(1024.0) * low + float32(64.0) * high))
+                stage[c + _U2] = np.uint32(float_as_int(low + high))
 
     @cuda.jit(device=True, inline=True)
     def fill(act, stage, nwords, nchunks):
@@ -80,7 +104,7 @@ def stage_activations(config, load_act):
                 w = pair_words(x[0], x[1], x[2], x[3])
                 for e in range(4):
                     stage[CHUNK_STRIDE * j + 4 * q + e] = w[e]
-            pad(stage)
+            pad(stage, nchunks)
             cuda.syncthreads()
             return True, float32(1.0)
         top = np.int32(0)        # magnitude bits (<= 0x7FFF); int32: what shuffles take
@@ -104,7 +128,7 @@ def stage_activations(config, load_act):
                 w = bf16.half_pairs(x[0], x[1], x[2], x[3], scale)
                 for e in range(4):
                     stage[CHUNK_STRIDE * j + 4 * q + e] = w[e]
-            pad(stage)
+            pad(stage, nchunks)
         cuda.syncthreads()
         return half, unscale
 

@@ -8,8 +8,8 @@ Mapping (the default tiling with ``lanes = 4``, ``cols = 2``: lane ``l = 4 g + t
 columns ``g`` and ``g + 8`` of its column group and the chunks ``t, t + 4, ...`` of both)::
 
     word w (8 elements) of the lane's chunk, half h (0, 1) of the word's re-paired pairs:
-        a0 = (q[2h] - zp, q[2h+4] - zp) of column g    a2 = (q[2h+1] - zp, q[2h+5] - zp)
-        a1, a3: the same of column g + 8                (exact fp16: :func:`.half2.dequant8`)
+        a0 = (1024 + q[2h], 1024 + q[2h+4]) of column g     a2 = (64 + q[2h+1], 64 + q[2h+5])
+        a1, a3: the same of column g + 8                    (:func:`.half2.offset_pairs8`)
         b0 = (x[2h], x[2h+4]), b1 = (x[2h+1], x[2h+5]) of the word's activations, held only by
         the lane (g, t) with g == 2 t + w // 2 (every other lane holds zeros)
     so B's column n = 2 t + w // 2 carries lane t's words w, and after a chunk's 8 mma lane
@@ -17,11 +17,24 @@ columns ``g`` and ``g + 8`` of its column group and the chunks ``t, t + 4, ...``
     D[g+8][2t], D[g+8][2t+1] (column g + 8): exactly the partial sums it has the scales for.
 
 The mma's k order is a permutation shared by A and B (lane t's four k positions are elements
-``2h, 2h+4, 2h+1, 2h+5`` of a word), which a dot product does not see. Per 8 elements of a
-column: 1 shift, 4 LOP3, 4 HFMA2 (the exact pairs, as the CUDA-core fold) and half an HMMA,
-where the CUDA-core fold also needs 4 HFMA2 of products and their fp16-to-float32 sums. The
-products are exact (fp16 times fp16 in float32) and summed in float32: more precise than the
-half2 fold's fp16 partial sums.
+``2h, 2h+4, 2h+1, 2h+5`` of a word), which a dot product does not see. A holds the nibbles with
+an offset, not ``q - zp``: a low nibble (even element) as ``1024 + q``, a high one (odd element)
+as ``64 + q``, both exact fp16 straight from the LOP3, so no HFMA2 touches the weights. A half's
+D is then ``sum a (q - zp) + C + zp T`` with ``C = 1024 S_lo + 64 S_hi`` and ``T = S_lo + S_hi``
+(``S_lo``/``S_hi``: the sums of the half's even/odd staged activations), which the stage fill
+computes once per block and chunk (:data:`.default_m1.CORRECTION`); the fold subtracts
+``C + zp T`` (zp = 8 without zero points) before the scale. Per 8 elements of a column: 1 shift,
+4 LOP3 and half an HMMA (the CUDA-core fold: 1 shift, 4 LOP3, 8 HFMA2 and its fp16-to-float32
+sums); the steady full step of ``c2l4u2b5`` is 218 SASS instructions per 128 elements of a lane
+(1.70 per element) against 269 with the exact ``q - zp`` pairs and 2.34 for the CUDA-core fold
+(bench/NOTES.md, session 16).
+
+Precision: each product is exact in float32 and D sums them in float32, but the sum carries the
+offset terms (``1024 a`` per low nibble) that the subtraction cancels, so a half's absolute
+error is about ``2**-24 (1040 + zp) sum |a|`` times the few additions of its accumulation (more
+where the tensor cores truncate their alignment), i.e. ~1e-4 of ``sum |a|``, against the
+CUDA-core fold's ``8u = 4e-3`` of ``sum |a| |q - zp|``. Unlike it, a weight whose nibbles all
+equal the zero point gives a residue of that size, not an exact 0.
 
 Activations (B): read from the stage of :func:`.default_m1.stage_activations` (fp16 as it is,
 bf16 scaled into fp16 range), one ``LDS.128`` per word; a lane that does not feed B reads the
@@ -29,7 +42,8 @@ stage's zero slot instead (one address for all of them: a broadcast), so no regi
 selected. Where the tiling does not stage the row (too few column groups per warp,
 K > ``STAGE_MAX_K``, a bf16 row out of the fp16 range), the step takes
 :func:`.default_m1.scalar_fold` (CUDA cores) instead. Tails as the tiling's: words past K and
-clamped chunks past the column get zeros.
+clamped chunks past the column get zeros (staged as zeros, so outside every ``C`` and ``T``), and a
+clamped chunk subtracts nothing.
 
 Every lane of the warp must call the fold together (``mma.sync.aligned``): the default tiling
 calls it in warp-uniform loops.
@@ -41,11 +55,15 @@ import numpy as np
 from numba import cuda, float32
 
 from .default_config import MMA_LANES
-from .default_m1 import CHUNK_STRIDE, ZERO_SLOT, scalar_fold
-from .half2 import NO_ZP_HIGH, NO_ZP_LOW, dequant8, zero_point_constants
+from .default_m1 import CHUNK_STRIDE, CORRECTION, ZERO_SLOT, scalar_fold
+from .half2 import offset_pairs8
+from .intrinsics import int_as_float
 from .mma import mma_f16
 
 __all__ = ["mma_fold"]
+
+_U0, _U1, _U2, _U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
+_ALL = np.uint32(0xFFFFFFFF)
 
 
 def mma_fold(config, load_act):
@@ -59,10 +77,6 @@ def mma_fold(config, load_act):
     fold_scalar = scalar_fold(config, load_act)
 
     @cuda.jit(device=True, inline=True)
-    def offsets(z):
-        return zero_point_constants(z) if ZP else (NO_ZP_LOW, NO_ZP_HIGH)
-
-    @cuda.jit(device=True, inline=True)
     def b_operand(stage, j, w, feeds, valid):
         """The re-paired activations of word ``w`` of chunk ``j`` from the stage; the stage's
         zero slot unless the lane ``feeds`` B with them and they are ``valid`` (inside K):
@@ -70,6 +84,20 @@ def mma_fold(config, load_act):
         q = np.uint32(4) * (np.uint32(CHUNK_STRIDE // 4) * np.uint32(j) + np.uint32(w))
         b = q if feeds and valid else np.uint32(ZERO_SLOT)
         return (stage[b], stage[b + np.uint32(1)], stage[b + np.uint32(2)], stage[b + np.uint32(3)])
+
+    @cuda.jit(device=True, inline=True)
+    def offset_sums(stage, j, keep):
+        """``(C_0, C_1, T_0, T_1)`` of chunk ``j`` (the stage fill's :data:`.default_m1.CORRECTION`
+        words; zeros unless ``keep``: a chunk clamped past the column folded zeros)."""
+        b = np.uint32(CHUNK_STRIDE) * np.uint32(j) + np.uint32(CORRECTION)
+        m = _ALL if keep else _U0
+        return (int_as_float(np.int32(stage[b] & m)), int_as_float(np.int32(stage[b + _U1] & m)),
+                int_as_float(np.int32(stage[b + _U2] & m)), int_as_float(np.int32(stage[b + _U3] & m)))
+
+    @cuda.jit(device=True, inline=True)
+    def zero_point(zv, c, u, h):
+        """Column ``c``'s zero point as float32 (8 without zero points)."""
+        return float32(zv[c, u, h]) if ZP else float32(8.0)
 
     @cuda.jit(device=True, inline=True)
     def fold_mma(stage, j0, nwords, nchunks, raw, sv, zv, acc, full):
@@ -80,20 +108,21 @@ def mma_fold(config, load_act):
             j = j_raw if full else min(j_raw, nchunks - 1)
             d0 = d1 = d2 = d3 = float32(0.0)
             for w in range(4):
-                h = w // 2 if TWO_GROUPS else 0
                 x = b_operand(stage, j, w, g == 2 * t + w // 2, full or 4 * j_raw + w < nwords)
-                lo0, hi0 = offsets(zv[0, u, h])
-                lo1, hi1 = offsets(zv[1, u, h])
-                p = dequant8(raw[0, u, w], lo0, hi0)     # (q0, q4), (q1, q5), (q2, q6), (q3, q7)
-                r = dequant8(raw[1, u, w], lo1, hi1)
+                p = offset_pairs8(raw[0, u, w])   # (1024 + q0, 1024 + q4), (64 + q1, 64 + q5), ...
+                r = offset_pairs8(raw[1, u, w])
                 d0, d1, d2, d3 = mma_f16(p[0], r[0], p[1], r[1], x[0], x[1], d0, d1, d2, d3)
                 d0, d1, d2, d3 = mma_f16(p[2], r[2], p[3], r[3], x[2], x[3], d0, d1, d2, d3)
+            c0, c1, t0, t1 = offset_sums(stage, j, full or j_raw < nchunks)
             if TWO_GROUPS:
-                acc[0, 0] += d0 * sv[0, u, 0] + d1 * sv[0, u, 1]
-                acc[0, 1] += d2 * sv[1, u, 0] + d3 * sv[1, u, 1]
+                acc[0, 0] += ((d0 - (c0 + zero_point(zv, 0, u, 0) * t0)) * sv[0, u, 0]
+                              + (d1 - (c1 + zero_point(zv, 0, u, 1) * t1)) * sv[0, u, 1])
+                acc[0, 1] += ((d2 - (c0 + zero_point(zv, 1, u, 0) * t0)) * sv[1, u, 0]
+                              + (d3 - (c1 + zero_point(zv, 1, u, 1) * t1)) * sv[1, u, 1])
             else:
-                acc[0, 0] += (d0 + d1) * sv[0, u, 0]
-                acc[0, 1] += (d2 + d3) * sv[1, u, 0]
+                c, t_ = c0 + c1, t0 + t1
+                acc[0, 0] += (d0 + d1 - (c + zero_point(zv, 0, u, 0) * t_)) * sv[0, u, 0]
+                acc[0, 1] += (d2 + d3 - (c + zero_point(zv, 1, u, 0) * t_)) * sv[1, u, 0]
 
     @cuda.jit(device=True, inline=True)
     def fold(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged):

@@ -8,6 +8,9 @@ is the half2 ``(1024 + q0, 1024 + q4)`` exactly (fp16 has a unit step between 10
 the activation pair and accumulates: about 13 instructions per 8 elements (1 shift, 4 LOP3,
 8 HFMA2), against about 2.9 per element for a float32 nibble path. The activations are
 paired the same way, ``(a0, a4), (a1, a5), (a2, a6), (a3, a7)``, once per word they are loaded.
+For a fold that sums in float32 (the tensor cores), :func:`offset_pairs8` keeps the offsets:
+with ``0x54005400`` (64, a step of 1/16) as the high nibbles' magic their pairs are
+``(64 + q1, 64 + q5)`` exactly, so a word costs 1 shift and 4 LOP3, and no FMA.
 
 Precision: each half of the half2 accumulator sums 8 products ``a * (q - zp)`` (exact
 operands: fp16 activations, |q - zp| <= 15) in fp16 with one rounding each, so a word's partial
@@ -27,10 +30,11 @@ from .intrinsics import and_or, half2_fma
 from .nibble_pairs import byte_perm
 
 __all__ = ["pair_activations", "pair_activations_wide", "pair_words", "zero_point_constants", "dequant8",
-           "dot8", "dot16", "NO_ZP_LOW", "NO_ZP_HIGH"]
+           "offset_pairs8", "dot8", "dot16", "NO_ZP_LOW", "NO_ZP_HIGH"]
 
 _LOW, _HIGH = np.uint32(0x000F000F), np.uint32(0x00F000F0)
 _MAGIC = np.uint32(0x64006400)          # half2 (1024, 1024)
+_MAGIC_HIGH = np.uint32(0x54005400)     # half2 (64, 64): a step of 1/16, so bits 4..7 count 1 each
 _ONE2 = np.uint32(0x3C003C00)           # half2 (1, 1)
 _SIXTEENTH2 = np.uint32(0x2C002C00)     # half2 (1/16, 1/16)
 _PAIR = np.uint32(0x00010001)
@@ -89,6 +93,19 @@ def dequant8(w, low, high):
     t = w >> np.uint32(8)
     return (half2_fma(and_or(w, _LOW, _MAGIC), _ONE2, low), half2_fma(and_or(w, _HIGH, _MAGIC), _SIXTEENTH2, high),
             half2_fma(and_or(t, _LOW, _MAGIC), _ONE2, low), half2_fma(and_or(t, _HIGH, _MAGIC), _SIXTEENTH2, high))
+
+
+@cuda.jit(device=True, inline=True)
+def offset_pairs8(w):
+    """The pairs of :func:`dequant8` with an offset instead of the zero point, exact fp16:
+    ``(1024 + q0, 1024 + q4), (64 + q1, 64 + q5), (1024 + q2, 1024 + q6), (64 + q3, 64 + q7)``
+    of uint32 ``w``: 1 shift, 4 LOP3 and no arithmetic (a high nibble stays in bits 4..7, the
+    mantissa bits that count 1 between 64 and 128). For a product summed in float32 (the tensor
+    cores) that subtracts ``(1024 + zp)`` times the low nibbles' activations and ``(64 + zp)``
+    times the high nibbles' afterwards."""
+    t = w >> np.uint32(8)
+    return (and_or(w, _LOW, _MAGIC), and_or(w, _HIGH, _MAGIC_HIGH),
+            and_or(t, _LOW, _MAGIC), and_or(t, _HIGH, _MAGIC_HIGH))
 
 
 @cuda.jit(device=True, inline=True)

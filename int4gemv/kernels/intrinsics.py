@@ -21,7 +21,7 @@ from numba import cuda
 
 from ..device import simulated
 
-__all__ = ["int_as_float", "half2_fma", "bf16x2_fma", "half2_sum", "and_or", "pack_half2", "wait_for_previous_grid",
+__all__ = ["int_as_float", "float_as_int", "half2_fma", "bf16x2_fma", "half2_sum", "and_or", "pack_half2", "wait_for_previous_grid",
            "allow_next_grid", "prefetch_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
@@ -34,6 +34,10 @@ if SIMULATED:
     def int_as_float(x):
         """Reinterpret the bits of an int32 as a float32."""
         return np.array(x, dtype=np.int64).astype(np.uint32).view(np.float32)[()]
+
+    def float_as_int(x):
+        """Reinterpret the bits of a float32 as an int32."""
+        return np.array(x, dtype=np.float32).view(np.int32)[()]
 
     def _halves(bits):
         return np.array([bits], dtype=np.uint32).view(np.float16).astype(np.float64)
@@ -102,7 +106,7 @@ else:
     from llvmlite import ir
     from numba import types
     from numba.core.extending import intrinsic
-    from numba.cuda.libdevice import int_as_float  # noqa: F401
+    from numba.cuda.libdevice import float_as_int, int_as_float  # noqa: F401
 
     _I32 = ir.IntType(32)
 
