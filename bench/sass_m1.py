@@ -70,7 +70,8 @@ def _target(ins):
 
 
 def steady_path(ins: list, is_weight_load, outer: bool = False) -> list:
-    """Indices of one pass of the innermost loop (a backward ``BRA``) holding the most
+    """Indices of one pass of the innermost loop (a backward ``BRA`` with no loop holding weight
+    loads inside it) holding the most
     instructions for which ``is_weight_load(instruction)``, a loop that reads shared memory
     first (the default tiling's bf16 and mma kernels hold one step loop per fold, and the GPU
     runs the staged one on lm_head) (``outer``: of the smallest loop
@@ -88,7 +89,11 @@ def steady_path(ins: list, is_weight_load, outer: bool = False) -> list:
             body = range(where[t], i + 1)
             staged = any(ins[j][2].startswith("LDS") for j in body)
             loops.append((staged, sum(map(is_weight_load, (ins[j] for j in body))), -len(body), body))
-    *_, body = max(loops)
+    # innermost: no loop with weight loads inside (a back edge around the stage fill and the
+    # step loop, as the mma kernel's divergent-shuffle fallback makes, counts the fill's loads)
+    inside = lambda a, b: a is not b and b.start <= a.start and a.stop <= b.stop  # noqa: E731
+    innermost = [x for x in loops if not any(y[1] and inside(y[3], x[3]) for y in loops)]
+    *_, body = max(innermost or loops)
     inner = body
     if outer:
         around = [b for *_, b in loops if b.start <= body.start and body.stop <= b.stop
@@ -185,6 +190,8 @@ CASES = {
                                                    dict(mma=True, cols=2, lanes=4, blocks_per_sm=5))),
     "default fp16 bs32 mma c2l4u2b6": ("default", ("float16", 32, False,
                                                    dict(mma=True, cols=2, lanes=4, blocks_per_sm=6))),
+    "default fp16 bs32 mma c2l4u4b4": ("default", ("float16", 32, False,
+                                                   dict(mma=True, cols=2, lanes=4, unroll=4))),
     "default fp16 bs32 mma c2l4u2b5p": ("default", ("float16", 32, False,
                                                     dict(mma=True, cols=2, lanes=4, blocks_per_sm=5,
                                                          pipeline=True))),

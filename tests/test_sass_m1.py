@@ -77,3 +77,22 @@ TWO_LOOPS = "\n".join([
 
 def test_sass_m1_takes_the_loop_that_reads_the_stage():
     assert steady_path(parse(TWO_LOOPS), is_weight_load) == [3, 4, 5, 6]
+
+
+# The mma kernel (session 16): a back edge from after the step loop to before the stage fill
+# (its divergent-shuffle fallback) makes a loop around both, holding one more 16-byte load (the
+# fill's activations) than the step loop itself: the step loop is still the one measured.
+AROUND = "\n".join([
+    ".L_x_0:",
+    "        /*0000*/                   LDG.E.128.CONSTANT R20, desc[UR4][R2.64] ;",
+    "        /*0010*/                   STS [R3], R20 ;",
+    ".L_x_1:",
+    "        /*0020*/                   LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;",
+    "        /*0030*/                   LDS R10, [R3] ;",
+    "        /*0040*/                   HMMA.16816.F32 R12, R4, R10, RZ ;",
+    "        /*0050*/               @P1 BRA `(.L_x_1) ;",
+    "        /*0060*/               @P2 BRA `(.L_x_0) ;"])
+
+
+def test_sass_m1_takes_the_innermost_loop_with_weight_loads():
+    assert steady_path(parse(AROUND), is_weight_load) == [2, 3, 4, 5]
