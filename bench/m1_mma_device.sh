@@ -7,9 +7,9 @@
 #      bf16): the default tiling as chosen against the stream floor, and the configurations
 #      $CONFIGS as probe rows, in ONE process (two processes sharing the GPU starved the default
 #      rows in session 14);
-#   3. the GPU tests of the mma fold and of the decode-shape choices (pytest -n 8), last: a pytest
-#      cut by its bound leaves its xdist workers on the GPU (session 15, call 3: the timings that
-#      followed were contended), so they are killed after it.
+#   3. the GPU tests of the mma fold (session 16: its offset pairs have run only on the
+#      simulator) and of the decode-shape choices (pytest -n 12), last: a pytest cut by its
+#      bound may leave xdist workers on the GPU, so they are killed after it.
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/m1_mma_device.sh
 # (LMHEAD=0: skip stage 2). BENCH_GIT_COMMIT names the tree's commit in the results files: the
 # device copy's own git metadata may be stale (session 14's files all read efa897a).
@@ -29,11 +29,11 @@ echo "small shapes exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1
 
 [ "${LMHEAD:-1}" = 1 ] && timeout "${M1_S:-240}" python3 -m bench.targets --out "$out/lmhead" --quick --m 1 --shapes lm_head \
     --formats "${FORMATS:-32,16+zp}" --dtypes "${LMHEAD_DTYPES:-float16,bfloat16}" --variants default --no-tinygemm \
-    --configs "${CONFIGS:-c2l4u2b5m,c2l4u2b6m,c2l4u2b5pm}" > "$out/targets-m1-lmhead.log" 2>&1
+    --configs "${CONFIGS:-c2l4u4b4m,c2l4u2b6m,c2l4u2b4m}" > "$out/targets-m1-lmhead.log" 2>&1
 [ "${LMHEAD:-1}" = 1 ] && { echo "lm_head exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-lmhead.log"; }
 
-timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short \
+timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -n 12 --tb=short \
     tests/test_default_kernel.py tests/test_configurations.py tests/test_tuning.py tests/test_fold_probe.py \
-    -k "mma or decode_shapes or lm_head or halves_columns or halved or fold" \
+    tests/test_intrinsics.py -k "mma or decode_shapes or lm_head or halves_columns or halved or fold or offset" \
     > "$out/pytest-mma.log" 2>&1
-echo "pytest exit $?"; pkill -f "pytest.*-n 8" || true; tail -4 "$out/pytest-mma.log"
+echo "pytest exit $?"; pkill -f "pytest.*-n 12" || true; tail -4 "$out/pytest-mma.log"
