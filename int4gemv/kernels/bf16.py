@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .intrinsics import SIMULATED, int_as_float, pack_half2
+from .intrinsics import float_as_int, int_as_float, pack_half2
 
 __all__ = ["low_value", "high_value", "to_bf16_bits", "magnitude_top", "row_scales", "half_pairs",
            "MAX_SHIFT"]
@@ -34,17 +34,9 @@ MAX_SHIFT = 32
 _CENTER = 134                          # the exponent field of [128, 256): 127 + 7
 
 
-if SIMULATED:
-
-    def _float_bits(x):
-        return np.array([x], dtype=np.float32).view(np.uint32)[0]
-
-else:
-    from numba.cuda.libdevice import float_as_int
-
-    @cuda.jit(device=True, inline=True)
-    def _float_bits(x):
-        return np.uint32(float_as_int(x))
+@cuda.jit(device=True, inline=True)
+def _float_bits(x):
+    return np.uint32(float_as_int(x))
 
 
 @cuda.jit(device=True, inline=True)
