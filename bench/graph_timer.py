@@ -8,18 +8,16 @@ eagerly (compile, load), then ``launches`` times inside one captured graph (Numb
 
 from __future__ import annotations
 
-__all__ = ["time_in_torch_graph"]
+__all__ = ["capture_in_torch_graph", "time_in_torch_graph"]
 
 WARMUP_CALLS = 2  # eager calls before the capture: the first compiles, the second runs warm
 
 
-def time_in_torch_graph(issue, stream, launches: int, replays: int):
-    """A :class:`~int4gemv.benchmark.timing.Timing` of one launch, from ``replays`` replays of a
-    graph of ``launches`` calls of ``issue`` on torch stream ``stream``."""
+def capture_in_torch_graph(issue, stream, launches: int):
+    """A ``torch.cuda.CUDAGraph`` of ``launches`` calls of ``issue`` on torch stream ``stream``
+    (after :data:`WARMUP_CALLS` eager calls)."""
     import torch
     from numba import cuda
-
-    from int4gemv.benchmark.timing import measure_replays
 
     handle = stream.cuda_stream
     with torch.cuda.stream(stream):
@@ -30,6 +28,17 @@ def time_in_torch_graph(issue, stream, launches: int, replays: int):
     with cuda.defer_cleanup(), torch.cuda.graph(graph, stream=stream):
         for i in range(launches):
             issue(i, handle)
+    return graph
+
+
+def time_in_torch_graph(issue, stream, launches: int, replays: int):
+    """A :class:`~int4gemv.benchmark.timing.Timing` of one launch, from ``replays`` replays of a
+    graph of ``launches`` calls of ``issue`` on torch stream ``stream``."""
+    import torch
+
+    from int4gemv.benchmark.timing import measure_replays
+
+    graph = capture_in_torch_graph(issue, stream, launches)
 
     def replay():
         with torch.cuda.stream(stream):

@@ -34,21 +34,6 @@ SHAPES = {"lm_head": (151936, 2048), "gate_up": (12288, 2048), "gate/up": (6144,
           "down": (2048, 6144), "q/o": (2048, 2048)}
 
 
-def _graph(torch, stream, issue, launches):
-    """A captured graph of ``launches`` calls ``issue(i, handle)`` (two eager calls first)."""
-    from numba import cuda
-    handle = stream.cuda_stream
-    with torch.cuda.stream(stream):
-        for i in range(2):
-            issue(i, handle)
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with cuda.defer_cleanup(), torch.cuda.graph(graph, stream=stream):
-        for i in range(launches):
-            issue(i, handle)
-    return graph
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.replay_spread", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,6 +50,7 @@ def main(argv=None) -> int:
     from numba import cuda
 
     import int4gemv as ig
+    from bench.graph_timer import capture_in_torch_graph, time_in_torch_graph
     from bench.target_runs import device_reference
     from int4gemv.benchmark.stream import StreamPeer, choose
     from int4gemv.benchmark.weights import rotation_copies
@@ -99,7 +85,6 @@ def main(argv=None) -> int:
         launches = max(copies, 20)
 
         def timer(issue, n, replays):
-            from bench.graph_timer import time_in_torch_graph
             return time_in_torch_graph(issue, stream, n, replays)
 
         floor_cfg = choose(ws, timer, device_key=(dev.id, dev.name), multiprocessors=sms)
@@ -117,7 +102,7 @@ def main(argv=None) -> int:
                 errors[name] = norm_error(out.double().cpu().numpy(), ref)
             else:
                 errors[name] = 0.0 if ok else float("inf")
-            graphs[name] = _graph(torch, stream, issue, launches)
+            graphs[name] = capture_in_torch_graph(issue, stream, launches)
         start, end = cuda.event(timing=True), cuda.event(timing=True)
         s = cuda.external_stream(stream.cuda_stream)
         samples = {name: [] for name in graphs}
