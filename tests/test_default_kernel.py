@@ -411,6 +411,17 @@ def test_mma_fold_k_tails(rng, K):
     check(y, a, w, bias, "float16")
 
 
+@pytest.mark.parametrize("dtype, bs, zp", [("float16", 32, False), ("bfloat16", 32, False),
+                                           ("float16", 16, True)])
+def test_mma_fold_at_unroll_4(rng, dtype, bs, zp):
+    # The configurations session 16 left to time (c2l4u4b4m, c2l4u2b4m): 8 chunks per lane step;
+    # K = 520 (17 chunks): the first step full, the second with 1 valid chunk of 16 and 3 of its
+    # lanes' chunks clamped past the column, the last chunk one word long.
+    a, w, bias = make(rng, 69, 520, bs, zp, 1, dtype)
+    y, _ = run(a, w, bias, dtype, config=_mma(dtype, 520, bs, zp, unroll=4), multiprocessors=1)
+    check(y, a, w, bias, dtype)
+
+
 def _count_mma_calls(monkeypatch):
     """A list that gets one entry per ``mma_f16`` call of the fold (simulator only: on the GPU the
     kernel is compiled and the list stays empty)."""
