@@ -2,7 +2,8 @@
 # One device call for issue 19's M = 1 work (bench/NOTES.md, sessions 13-14), most important
 # first, each stage bounded so that a short lease still returns the earlier ones (everything
 # under $OUT):
-#   1. the small shapes ($SMALL_SHAPES, fp16 bs 32): the default rows against probes $SMALL;
+#   1. only with $SMALL set: the small shapes ($SMALL_SHAPES, fp16 bs 32), the default rows
+#      against the probes $SMALL;
 #   2. bench.targets at M = 1 on lm_head (formats $FORMATS, dtypes $LMHEAD_DTYPES, default fp16 +
 #      bf16): the default tiling as chosen against the stream floor, and the configurations
 #      $CONFIGS as probe rows, in ONE process (two processes sharing the GPU starved the default
@@ -21,11 +22,13 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 
 
+if [ -n "${SMALL:-}" ]; then   # stage 1 only when probes are named (session 16: the 600 s call)
 timeout "${SMALL_S:-150}" python3 -m bench.targets --out "$out/small" --quick --m 1 \
     --shapes "${SMALL_SHAPES:-gate_up,down,gate/up}" --dtypes float16 --variants default --no-tinygemm \
-    --configs "${SMALL:-c2u2b4,c4u2b2,c8u1b4,c2u2b6}" --config-shapes "${SMALL_SHAPES:-gate_up,down,gate/up}" \
+    --configs "$SMALL" --config-shapes "${SMALL_SHAPES:-gate_up,down,gate/up}" \
     > "$out/targets-m1-small.log" 2>&1
 echo "small shapes exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-small.log"
+fi
 
 [ "${LMHEAD:-1}" = 1 ] && timeout "${M1_S:-240}" python3 -m bench.targets --out "$out/lmhead" --quick --m 1 --shapes lm_head \
     --formats "${FORMATS:-32,16+zp}" --dtypes "${LMHEAD_DTYPES:-float16,bfloat16}" --variants default --no-tinygemm \
