@@ -9,8 +9,10 @@ in flight, 256 threads, 8 blocks/SM), and prints one row each: registers, spill 
 instructions of one pass of the guard-free path of the innermost loop that holds the weight
 loads (:func:`steady_path`; per weight element: divided by the elements a lane reads in that
 pass), the 16-byte loads a lane issues in that pass before it first uses a loaded register
-(:func:`loads_before_first_use`), and the weight bytes in flight per SM that gives (16 B ×
-weight loads × threads × blocks per SM). Needs the same tools as :mod:`bench.offline_sass`
+(:func:`loads_before_first_use`), the weight bytes in flight per SM that gives (16 B ×
+weight loads × threads × blocks per SM), and those loads' write scoreboards
+(:func:`weight_scoreboards`: one scoreboard means the step is consumed only once all of it has
+landed). Needs the same tools as :mod:`bench.offline_sass`
 (``ptxas`` on ``PATH`` or ``$PTXAS``, ``nvdisasm`` on ``PATH`` or ``$NVDISASM``, ``CUDA_HOME``).
 """
 
@@ -26,7 +28,8 @@ import tempfile
 
 from bench.sass_control import annotate
 
-__all__ = ["parse", "steady_path", "loads_before_first_use", "is_weight_load", "measure", "CASES", "main"]
+__all__ = ["parse", "steady_path", "loads_before_first_use", "is_weight_load", "weight_scoreboards",
+           "measure", "CASES", "main"]
 
 _LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)\s*([^;]*);")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
@@ -132,10 +135,14 @@ def steady_path(ins: list, is_weight_load, outer: bool = False) -> list:
     return walk(lo, hi)
 
 
-def loads_before_first_use(ins: list, path: list) -> collections.Counter:
-    """Global loads (``LDG``, by width) issued along ``path`` before the first instruction that
+def _width(op: str) -> str:
+    return next((w for w in _LOAD_REGS if f".{w}" in op), "32")
+
+
+def _loads_in_flight(ins: list, path: list) -> list:
+    """Indices of the global loads issued along ``path`` before the first instruction that
     reads a register one of them wrote (the loads in flight together)."""
-    pending, issued = set(), collections.Counter()
+    pending, issued = set(), []
     for i in path:
         _, _, op, operands = ins[i]
         regs = [(int(r), bool(w)) for r, w in _REG.findall(operands)]
@@ -146,10 +153,27 @@ def loads_before_first_use(ins: list, path: list) -> collections.Counter:
         if used & pending:
             break
         if op.startswith("LDG") and regs:
-            width = next((w for w in _LOAD_REGS if f".{w}" in op), "32")
-            pending |= set(range(regs[0][0], regs[0][0] + _LOAD_REGS.get(width, 1)))
-            issued[width] += 1
+            pending |= set(range(regs[0][0], regs[0][0] + _LOAD_REGS.get(_width(op), 1)))
+            issued.append(i)
     return issued
+
+
+def loads_before_first_use(ins: list, path: list) -> collections.Counter:
+    """Global loads (``LDG``, by width) issued along ``path`` before the first instruction that
+    reads a register one of them wrote (the loads in flight together)."""
+    return collections.Counter(_width(ins[i][2]) for i in _loads_in_flight(ins, path))
+
+
+def weight_scoreboards(ins: list, controls: list, path: list) -> list:
+    """The write scoreboards of the weight loads issued on ``path`` before their first use (those
+    :func:`loads_before_first_use` counts; ``controls[i]``: instruction ``i``'s
+    :class:`~bench.sass_control.Control`, in :func:`parse` order), sorted: ``[5]`` means the
+    step's loads all land on one scoreboard, so none is consumed before all have arrived
+    (bench/NOTES.md, session 16)."""
+    if len(controls) != len(ins):
+        raise ValueError(f"{len(controls)} control codes for {len(ins)} instructions")
+    return sorted({controls[i].write for i in _loads_in_flight(ins, path)
+                   if is_weight_load(ins[i]) and controls[i].write is not None})
 
 
 def _default(dtype, bs, zp, **over):
@@ -257,19 +281,22 @@ def measure(name, sass_dir=None) -> dict:
             f.write(ptx)
         r = subprocess.run([os.environ.get("PTXAS", "ptxas"), "-arch=sm_90a", "-v", p, "-o",
                             cubin], capture_output=True, text=True, check=True)
-        sass = subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-c", cubin],
+        sass = subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-hex", "-c", cubin],
                               capture_output=True, text=True, check=True).stdout
-        if sass_dir:   # the listing with each instruction's scoreboards (bench.sass_control)
-            hexed = subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-hex", "-c", cubin],
+        if sass_dir:
+            plain = subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-c", cubin],
                                    capture_output=True, text=True, check=True).stdout
-            with open(os.path.join(sass_dir, re.sub(r"\W+", "_", name) + ".control"), "w") as f:
-                for offset, control, text in annotate(hexed):
-                    f.write(f"{offset}:\n" if control is None else f"{offset} {control}  {text}\n")
+    rows = annotate(sass)          # each instruction's scoreboards (bench.sass_control)
     if sass_dir:
-        with open(os.path.join(sass_dir, re.sub(r"\W+", "_", name) + ".sass"), "w") as f:
-            f.write(sass)
+        stem = os.path.join(sass_dir, re.sub(r"\W+", "_", name))
+        with open(stem + ".sass", "w") as f:
+            f.write(plain)
+        with open(stem + ".control", "w") as f:
+            for offset, control, text in rows:
+                f.write(f"{offset}:\n" if control is None else f"{offset} {control}  {text}\n")
     ins = parse(sass)
     path = steady_path(ins, is_weight_load)
+    controls = [control for _, control, _ in rows if control is not None]
     per_element = len(path) / per_pass if per_pass else None
     if inner:    # group = the group loop's pass (its step loop once) + the other steps
         group = len(steady_path(ins, is_weight_load, outer=True)) + (inner - 1) * len(path)
@@ -284,6 +311,7 @@ def measure(name, sass_dir=None) -> dict:
         per_thread = -(-regs // REGISTER_GRANULE) * REGISTER_GRANULE
         bps = min(BLOCKS_PER_SM, REGISTERS_PER_SM // (threads * per_thread))
     return {"name": name, "config": label, "registers": regs, "spill_bytes": spill,
+            "weight_scoreboards": weight_scoreboards(ins, controls, path),
             "smem": int(shared.group(1)) if shared else 0, "static": len(ins),
             "path": len(path), "per_pass_elements": per_pass, "per_element": per_element,
             "loads_before_use": dict(loads),
@@ -301,14 +329,14 @@ def main(argv=None) -> int:
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         ap.error("NUMBA_ENABLE_CUDASIM is set: the simulator compiles nothing; unset it")
     print(f"{'case':30} {'config':18} regs spill static loop instr/elem  loads before use"
-          f"   threads x blocks/SM  KB in flight/SM")
+          f"   threads x blocks/SM  KB in flight/SM  weight scoreboards")
     for name in args.only or CASES:
         r = measure(name, args.sass_dir)
         pe = f"{r['per_element']:.2f}" if r["per_element"] else "-"
         print(f"{name:30} {r['config']:18} {r['registers']:4} {r['spill_bytes']:5} "
               f"{r['static']:6} {r['path']:4} {pe:>10}  {str(r['loads_before_use']):24} "
               f"{r['threads']:4} x {r['blocks_per_sm']:2}  {r['bytes_in_flight_per_sm'] / 1024:6.1f}"
-              f"  smem {r['smem']} mix {r['mix']}", flush=True)
+              f"  SB {r['weight_scoreboards']}  smem {r['smem']} mix {r['mix']}", flush=True)
     return 0
 
 

@@ -1,6 +1,9 @@
 """bench.sass_m1's SASS walk (pure functions; no compiler needed)."""
 
-from bench.sass_m1 import is_weight_load, loads_before_first_use, parse, steady_path
+import pytest
+
+from bench.sass_control import annotate
+from bench.sass_m1 import is_weight_load, loads_before_first_use, parse, steady_path, weight_scoreboards
 
 # A loop whose step is a warp-uniform if/else: the guard-free side (two unpredicated 16-byte
 # loads) and the guarded side (predicated loads and a clamp), then a scale load, the first use
@@ -96,3 +99,14 @@ AROUND = "\n".join([
 
 def test_sass_m1_takes_the_innermost_loop_with_weight_loads():
     assert steady_path(parse(AROUND), is_weight_load) == [2, 3, 4, 5]
+
+
+def test_weight_scoreboards_reads_the_write_scoreboard_of_each_weight_load_on_the_path():
+    from tests.test_sass_control import LISTING     # two 16-byte loads on scoreboard 5, a use
+    ins = parse(LISTING)
+    controls = [c for _, c, _ in annotate(LISTING) if c is not None]
+    assert [x[2] for x in ins] == ["LDG.E.128.CONSTANT", "LDG.E.128.CONSTANT", "LOP3.LUT"]
+    assert weight_scoreboards(ins, controls, [0, 1, 2]) == [5]
+    assert weight_scoreboards(ins, controls, [2]) == []
+    with pytest.raises(ValueError, match="control codes"):
+        weight_scoreboards(ins, controls[:2], [0])
