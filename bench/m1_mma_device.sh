@@ -12,7 +12,8 @@
 #      simulator) and of the decode-shape choices (pytest -n 12), last: a pytest cut by its
 #      bound may leave xdist workers on the GPU, so they are killed after it.
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/m1_mma_device.sh
-# (LMHEAD=0: skip stage 2). BENCH_GIT_COMMIT names the tree's commit in the results files: the
+# (LMHEAD=0 / TESTS=0: skip stage 2 / 3; the defaults fill about 580 s: each mma configuration
+# compiles in ~25-45 s, so LMHEAD_DTYPES=float16 for a shorter call). BENCH_GIT_COMMIT names the tree's commit in the results files: the
 # device copy's own git metadata may be stale (session 14's files all read efa897a).
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
@@ -30,13 +31,13 @@ timeout "${SMALL_S:-150}" python3 -m bench.targets --out "$out/small" --quick --
 echo "small shapes exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-small.log"
 fi
 
-[ "${LMHEAD:-1}" = 1 ] && timeout "${M1_S:-240}" python3 -m bench.targets --out "$out/lmhead" --quick --m 1 --shapes lm_head \
+[ "${LMHEAD:-1}" = 1 ] && timeout "${M1_S:-330}" python3 -m bench.targets --out "$out/lmhead" --quick --m 1 --shapes lm_head \
     --formats "${FORMATS:-32,16+zp}" --dtypes "${LMHEAD_DTYPES:-float16,bfloat16}" --variants default --no-tinygemm \
     --configs "${CONFIGS:-c2l4u4b4m,c2l4u2b6m,c2l4u2b4m}" > "$out/targets-m1-lmhead.log" 2>&1
 [ "${LMHEAD:-1}" = 1 ] && { echo "lm_head exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-lmhead.log"; }
 
-timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -n 12 --tb=short \
+[ "${TESTS:-1}" = 1 ] && timeout "${TESTS_S:-230}" python3 -m pytest -q -p no:cacheprovider -n 12 --tb=short \
     tests/test_default_kernel.py tests/test_configurations.py tests/test_tuning.py tests/test_fold_probe.py \
     tests/test_intrinsics.py -k "mma or decode_shapes or lm_head or halves_columns or halved or fold or offset" \
     > "$out/pytest-mma.log" 2>&1
-echo "pytest exit $?"; pkill -f "pytest.*-n 12" || true; tail -4 "$out/pytest-mma.log"
+[ "${TESTS:-1}" = 1 ] && { echo "pytest exit $?"; pkill -f "pytest.*-n 12" || true; tail -4 "$out/pytest-mma.log"; }
