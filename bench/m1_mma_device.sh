@@ -31,13 +31,17 @@ timeout "${SMALL_S:-150}" python3 -m bench.targets --out "$out/small" --quick --
 echo "small shapes exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-small.log"
 fi
 
-[ "${LMHEAD:-1}" = 1 ] && timeout "${M1_S:-330}" python3 -m bench.targets --out "$out/lmhead" --quick --m 1 --shapes lm_head \
+if [ "${LMHEAD:-1}" = 1 ]; then
+timeout "${M1_S:-330}" python3 -m bench.targets --out "$out/lmhead" --quick --m 1 --shapes lm_head \
     --formats "${FORMATS:-32,16+zp}" --dtypes "${LMHEAD_DTYPES:-float16,bfloat16}" --variants default --no-tinygemm \
     --configs "${CONFIGS:-c2l4u4b4m,c2l4u2b6m,c2l4u2b4m}" > "$out/targets-m1-lmhead.log" 2>&1
-[ "${LMHEAD:-1}" = 1 ] && { echo "lm_head exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-lmhead.log"; }
+echo "lm_head exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-lmhead.log"
+fi
 
-[ "${TESTS:-1}" = 1 ] && timeout "${TESTS_S:-230}" python3 -m pytest -q -p no:cacheprovider -n 12 --tb=short \
+if [ "${TESTS:-1}" = 1 ]; then
+timeout "${TESTS_S:-230}" python3 -m pytest -q -p no:cacheprovider -n 12 --tb=short \
     tests/test_default_kernel.py tests/test_configurations.py tests/test_tuning.py tests/test_fold_probe.py \
     tests/test_intrinsics.py -k "mma or decode_shapes or lm_head or halves_columns or halved or fold or offset" \
     > "$out/pytest-mma.log" 2>&1
-[ "${TESTS:-1}" = 1 ] && { echo "pytest exit $?"; pkill -f "pytest.*-n 12" || true; tail -4 "$out/pytest-mma.log"; }
+echo "pytest exit $?"; pkill -f "pytest.*-n 12" || true; tail -4 "$out/pytest-mma.log"
+fi
