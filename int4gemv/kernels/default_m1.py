@@ -76,7 +76,7 @@ def stage_activations(config, load_act):
     F16, MMA = config.dtype == "float16", config.mma   # the zero slot and sums: the mma fold's
 
     @cuda.jit(device=True, inline=True)
-    def pad(stage, nchunks):
+    def mma_operands(stage, nchunks):
         """The mma fold's zero slot and, after a barrier, its per-half sums (:data:`CORRECTION`),
         from the staged words as the fold will read them (a second pass over the stage)."""
         if MMA:
@@ -87,10 +87,12 @@ def stage_activations(config, load_act):
                 j, h = i // 2, i % 2
                 b = np.uint32(CHUNK_STRIDE * j + 8 * h)
                 low, high = float32(0.0), float32(0.0)
-                for e in range(0, 8, 2):      # words (a0, a4), (a2, a6): low nibbles; then high
-                    low += half_low(stage[b + np.uint32(e)]) + half_high(stage[b + np.uint32(e)])
-                    high += (half_low(stage[b + np.uint32(e + 1)])
-                             + half_high(stage[b + np.uint32(e + 1)]))
+                for e in range(8):   # even words (a0, a4), (a2, a6): low nibbles; odd: high
+                    v = stage[b + np.uint32(e)]
+                    if e % 2 == 0:
+                        low += half_low(v) + half_high(v)
+                    else:
+                        high += half_low(v) + half_high(v)
                 c = np.uint32(CHUNK_STRIDE * j + CORRECTION + h)
                 stage[c] = np.uint32(float_as_int(float32(1024.0) * low + float32(64.0) * high))
                 stage[c + _U2] = np.uint32(float_as_int(low + high))
@@ -104,7 +106,7 @@ def stage_activations(config, load_act):
                 w = pair_words(x[0], x[1], x[2], x[3])
                 for e in range(4):
                     stage[CHUNK_STRIDE * j + 4 * q + e] = w[e]
-            pad(stage, nchunks)
+            mma_operands(stage, nchunks)
             cuda.syncthreads()
             return True, float32(1.0)
         top = np.int32(0)        # magnitude bits (<= 0x7FFF); int32: what shuffles take
@@ -128,7 +130,7 @@ def stage_activations(config, load_act):
                 w = bf16.half_pairs(x[0], x[1], x[2], x[3], scale)
                 for e in range(4):
                     stage[CHUNK_STRIDE * j + 4 * q + e] = w[e]
-            pad(stage, nchunks)
+            mma_operands(stage, nchunks)
         cuda.syncthreads()
         return half, unscale
 
