@@ -12,7 +12,7 @@
 #      simulator) and of the decode-shape choices (pytest -n 12), last: a pytest cut by its
 #      bound may leave xdist workers on the GPU, so they are killed after it.
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/m1_mma_device.sh
-# (LMHEAD=0 / TESTS=0: skip stage 2 / 3; the defaults fill about 580 s: each mma configuration
+# (LMHEAD=0 / TESTS=0: skip stage 2 / 3; TEST_FILES, TEST_K, TEST_WORKERS: stage 3's selection; the defaults fill about 580 s: each mma configuration
 # compiles in ~25-45 s, so LMHEAD_DTYPES=float16 for a shorter call). BENCH_GIT_COMMIT names the tree's commit in the results files: the
 # device copy's own git metadata may be stale (session 14's files all read efa897a).
 set -uo pipefail
@@ -39,9 +39,12 @@ echo "lm_head exit $?"; grep -h "^floor\|^default\|^probe" "$out/targets-m1-lmhe
 fi
 
 if [ "${TESTS:-1}" = 1 ]; then
-timeout "${TESTS_S:-230}" python3 -m pytest -q -p no:cacheprovider -n 12 --tb=short \
-    tests/test_default_kernel.py tests/test_configurations.py tests/test_tuning.py tests/test_fold_probe.py \
-    tests/test_intrinsics.py -k "mma or decode_shapes or lm_head or halves_columns or halved or fold or offset" \
+# shellcheck disable=SC2086  # TEST_FILES is a list of paths
+timeout "${TESTS_S:-230}" python3 -m pytest -v -p no:cacheprovider -n "${TEST_WORKERS:-12}" --tb=short \
+    ${TEST_FILES:-tests/test_default_kernel.py tests/test_configurations.py tests/test_tuning.py tests/test_fold_probe.py tests/test_intrinsics.py} \
+    -k "${TEST_K:-mma or decode_shapes or lm_head or halves_columns or halved or fold or offset}" \
     > "$out/pytest-mma.log" 2>&1
-echo "pytest exit $?"; pkill -f "pytest.*-n 12" || true; tail -4 "$out/pytest-mma.log"
+echo "pytest exit $?"; pkill -f "pytest.*-n ${TEST_WORKERS:-12}" || true
+echo "passed $(grep -c " PASSED " "$out/pytest-mma.log")"; grep " FAILED \| ERROR " "$out/pytest-mma.log" | head -20
+tail -2 "$out/pytest-mma.log"
 fi
