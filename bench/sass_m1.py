@@ -228,17 +228,6 @@ CASES = {
                                                    dict(mma=True, cols=2, lanes=4))),
     "default fp16 bs16 zp mma c2l4u1b4": ("default", ("float16", 16, True,
                                                       dict(mma=True, cols=2, lanes=4))),
-    # the K split (session 17): a block's 4 warps share a column group, 16 chunk stripes
-    "default fp16 bs32 mma c2l4u4b4k": ("default", ("float16", 32, False,
-                                                    dict(mma=True, cols=2, lanes=4, unroll=4,
-                                                         ksplit=True))),
-    "default bf16 bs32 mma c2l4u4b4k": ("default", ("bfloat16", 32, False,
-                                                    dict(mma=True, cols=2, lanes=4, unroll=4,
-                                                         ksplit=True))),
-    "default fp16 bs32 mma c2l4u2b4k": ("default", ("float16", 32, False,
-                                                    dict(mma=True, cols=2, lanes=4, ksplit=True))),
-    "default fp16 bs32 c4l4u2b4k": ("default", ("float16", 32, False,
-                                                dict(cols=4, lanes=4, ksplit=True))),
 }
 
 
@@ -273,11 +262,11 @@ def _compile(kind, args):
         sig = (A(types.uint16), A(types.uint8), f, A(types.uint8), f, b, f, i64, i64)
         fn, t, bps = default_kernel(cfg).py_func, 32 * cfg.warps, cfg.blocks_per_sm
         per_pass = ELEMENTS_PER_CHUNK * cfg.cols * cfg.unroll
-        steps = -(-K // ELEMENTS_PER_CHUNK // (cfg.stripes * cfg.unroll))
+        steps = -(-K // ELEMENTS_PER_CHUNK // (cfg.lanes * cfg.unroll))
         # pipelined: one loop of two steps (A and B); else a step loop inside the group loop
         per_pass, inner = (2 * per_pass, 0) if cfg.pipeline else (per_pass, steps)
         label = (f"c{cfg.cols}l{cfg.lanes}u{cfg.unroll}b{bps}" + ("p" if cfg.pipeline else "")
-                 + ("m" if cfg.mma else "") + ("k" if cfg.ksplit else ""))
+                 + ("m" if cfg.mma else ""))
     bounds = {"launch_bounds": (t, bps)} if bps else {}
     ptx, _ = cuda.compile_ptx(fn, sig, cc=(9, 0), **bounds)
     return ptx, t, bps, per_pass, inner, label

@@ -16,7 +16,7 @@ def test_fold_suffixes_parse_or_are_refused():
     assert parse_config("c4u2b4x0")["fold"] == 0 and parse_config("c1u2b8px2")["fold"] == 2
     assert "fold" not in parse_config("c4u2b4")
     assert parse_config("c2u2b4n") == {"cols": 2, "unroll": 2, "blocks_per_sm": 4, "pipeline": False,
-                                       "mma": False, "ksplit": False, "fold": 1, "stage": "never"}
+                                       "mma": False, "fold": 1, "stage": "never"}
     assert parse_config("c4u2b4s")["stage"] == "always"
     assert parse_config("c4u2b4x2n")["fold"] == 2
     for bad in ("c2l4u2b4mx0", "c4u2b4x1", "c4u2b4x", "c2l4u2b4mn", "c4u2b4nx0", "c4u2b4ns"):

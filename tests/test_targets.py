@@ -107,15 +107,14 @@ def test_probe_configs_parse_or_are_refused():
     from bench.target_probes import parse_config
 
     assert parse_config("c4u1b5p") == {"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True,
-                                       "mma": False, "ksplit": False}
+                                       "mma": False}
     assert parse_config("c2u2b6") == {"cols": 2, "unroll": 2, "blocks_per_sm": 6, "pipeline": False,
-                                      "mma": False, "ksplit": False}
+                                      "mma": False}
     assert parse_config("c2l4u2b4m") == {"cols": 2, "lanes": 4, "unroll": 2, "blocks_per_sm": 4,
-                                         "pipeline": False, "mma": True, "ksplit": False}
-    assert parse_config("c2l4u2b2w8mk") == {"cols": 2, "lanes": 4, "unroll": 2, "blocks_per_sm": 2,
-                                            "warps": 8, "pipeline": False, "mma": True,
-                                            "ksplit": True}
-    for bad in ("c2l4u2b4mkx0", "c2l4u2b4mn", "c2l4u2b4km"):   # fold variants; k after m
+                                         "pipeline": False, "mma": True}
+    assert parse_config("c2l4u2b2w8m") == {"cols": 2, "lanes": 4, "unroll": 2, "blocks_per_sm": 2,
+                                           "warps": 8, "pipeline": False, "mma": True}
+    for bad in ("c2l4u2b4mx0", "c2l4u2b4mn", "c2l4u2b4w", "c2l4u2b4mw8"):   # fold variants; w before p/m
         with pytest.raises(ValueError, match="config"):
             parse_config(bad)
     with pytest.raises(SystemExit):

@@ -55,8 +55,7 @@ from numba import cuda, float32
 from . import bf16
 from .default_batch import batch_fold
 from .default_config import (COLS, DTYPES, LANES, MAX_M, STAGE_MAX_K, UNROLLS, DefaultConfig,
-                             choice_reasons, choose_config, geometry, stage_min_groups,
-                             walkers_per_block)
+                             choice_reasons, choose_config, geometry, stage_min_groups)
 from .default_m1 import STAGE_SIZE, scalar_fold, stage_activations
 from .default_mma import mma_fold
 from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
@@ -82,9 +81,7 @@ def default_kernel(config: DefaultConfig):
     M, C, L, U = config.M, config.cols, config.lanes, config.unroll
     BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
     ACT_VEC, W_VEC, PDL = config.act_vector, config.weight_vector, config.pdl
-    PIPELINE, KSPLIT = config.pipeline, config.ksplit
-    S = config.stripes                   # lanes sharing a column (x warps with ksplit)
-    WALKERS = walkers_per_block(config)  # column groups a block walks at a time
+    PIPELINE = config.pipeline
     P = 32 // L
     LOG_L = L.bit_length() - 1
     GROUP_COLS = P * C
@@ -95,7 +92,6 @@ def default_kernel(config: DefaultConfig):
     STAGED = RANGE_CHECK or config.mma   # M = 1 folds that read the row from a shared stage
                                          # where the grid allows (default_config.stages_row)
     STAGE = STAGE_SIZE if STAGED else 1   # the re-paired activations, a word per warp, a zero slot
-    RED = 2 * WARPS * GROUP_COLS if KSPLIT else 1   # ksplit: the warps' column sums, two groups
     STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
     MIN_GROUPS = stage_min_groups(config)     # per warp of the grid, for the stage to pay
     Z = np.uint32(0)
@@ -134,7 +130,7 @@ def default_kernel(config: DefaultConfig):
         for c in range(C):
             n = min(col0 + c * P, N - 1)
             for u in range(U):
-                j = j0 + u * S if full else min(j0 + u * S, nchunks - 1)
+                j = j0 + u * L if full else min(j0 + u * L, nchunks - 1)
                 x = load_nibbles(packed, n * row_bytes + 16 * j, full or 4 * j + 2 < nwords)
                 for i in range(4):
                     raw[c, u, i] = x[i]
@@ -155,31 +151,15 @@ def default_kernel(config: DefaultConfig):
     stage_fill = stage_activations(config, load_act)
 
     @cuda.jit(device=True, inline=True)
-    def finish(acc, col0, s, N, bias, has_bias, out, unscale, red):
+    def finish(acc, col0, s, N, bias, has_bias, out, unscale):
         """Reduce each column over its lanes; the column's first lane writes M outputs (bf16 at
-        M = 1: the sums times ``unscale``, undoing the staged row's scale). ``KSPLIT`` (M = 1):
-        each warp's first lanes put their column sums in ``red`` (a half per group parity, so
-        that one barrier per group suffices), and warp 0 adds the warps' in a fixed order."""
+        M = 1: the sums times ``unscale``, undoing the staged row's scale)."""
         for m in range(M):
             for c in range(C):
                 v = acc[m, c]
                 for r in range(LOG_L):
                     v += shfl_xor(v, np.uint32(L >> (r + 1)))
                 acc[m, c] = v
-        if KSPLIT:
-            q = np.uint32(col0)
-            half = ((q // np.uint32(GROUP_COLS)) & np.uint32(1)) * np.uint32(WARPS * GROUP_COLS)
-            slot = q % np.uint32(GROUP_COLS)
-            if s % L == 0:
-                for c in range(C):
-                    red[half + np.uint32(s // L * GROUP_COLS + c * P) + slot] = acc[0, c]
-            cuda.syncthreads()
-            if s == 0:
-                for c in range(C):
-                    v = float32(0.0)
-                    for k in range(WARPS):
-                        v += red[half + np.uint32(k * GROUP_COLS + c * P) + slot]
-                    acc[0, c] = v
         if s == 0:
             for c in range(C):
                 n = col0 + c * P
@@ -202,8 +182,8 @@ def default_kernel(config: DefaultConfig):
     def issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
                    row_bytes, raw, sv, zv):
         """``issue`` for step ``st`` of column group ``g`` (the full-step form when it can)."""
-        col0, j0 = g * GROUP_COLS + p, s + st * S * U
-        if 4 * (st + 1) * S * U <= nwords:     # warp-uniform: no chunk of the step is past K
+        col0, j0 = g * GROUP_COLS + p, s + st * L * U
+        if 4 * (st + 1) * L * U <= nwords:     # warp-uniform: no chunk of the step is past K
             issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
                   raw, sv, zv, True)
         else:
@@ -214,8 +194,8 @@ def default_kernel(config: DefaultConfig):
     def fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, staged):
         """``fold`` (``fold_m1`` at M = 1, on the staged row where ``staged``) of step ``st``
         (the full-step form when it can)."""
-        j0 = s + st * S * U
-        full = 4 * (st + 1) * S * U <= nwords
+        j0 = s + st * L * U
+        full = 4 * (st + 1) * L * U <= nwords
         if SCALAR and full:
             fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, True, staged)
         elif SCALAR:
@@ -227,8 +207,7 @@ def default_kernel(config: DefaultConfig):
 
     @cuda.jit(device=True, inline=True)
     def walk(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups, steps, s, p,
-             N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc, stage, staged, unscale,
-             red):
+             N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc, stage, staged, unscale):
         """The warp's column groups from ``g`` (its first step already issued, so that the
         row is staged while it flies): each step's loads, then its fold. ``staged`` is passed as
         a constant, so each form of the loop holds one fold."""
@@ -239,13 +218,13 @@ def default_kernel(config: DefaultConfig):
                     issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb,
                                nzb, row_bytes, raw, sv, zv)
                 fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, staged)
-            finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out, unscale, red)
+            finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
             g += stride
 
     @cuda.jit(device=True, inline=True)
     def walk_pipelined(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups,
                        steps, s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc,
-                       stage, staged, unscale, red):
+                       stage, staged, unscale):
         """``walk`` with two buffers, A (raw, sv, zv; its first step already issued) and B: the
         next step's loads (crossing into the warp's next column group) are in flight while this
         step is folded. The loop body is written out for both buffers so that no buffer is
@@ -262,7 +241,7 @@ def default_kernel(config: DefaultConfig):
                            nzb, row_bytes, raw_b, sv_b, zv_b)
             fold_step(act, stage, sa, s, nwords, nchunks, K, raw, sv, zv, acc, staged)
             if sa + 1 == steps:
-                finish(acc, ga * GROUP_COLS + p, s, N, bias, has_bias, out, unscale, red)
+                finish(acc, ga * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
             if gb >= groups:
                 break
             ga, sa = (gb, sb + 1) if sb + 1 < steps else (gb + stride, 0)
@@ -271,30 +250,29 @@ def default_kernel(config: DefaultConfig):
                            nzb, row_bytes, raw, sv, zv)
             fold_step(act, stage, sb, s, nwords, nchunks, K, raw_b, sv_b, zv_b, acc, staged)
             if sb + 1 == steps:
-                finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out, unscale, red)
+                finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
 
     walker = walk_pipelined if PIPELINE else walk
 
     @cuda.jit(**bounds)
     def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N):
         lane = cuda.threadIdx.x % 32
-        s = lane % L + (cuda.threadIdx.x // 32 * L if KSPLIT else 0)   # the lane's chunk stripe
+        s = lane % L
         p = lane // L
         nwords = K // 8                      # valid uint32 words per column
         nchunks = (nwords + 3) // 4
         nb = (K + BS - 1) // BS              # quantization groups per column
         nzb = (nb + 1) // 2
         row_bytes = nb * (BS // 2)
-        steps = (nchunks + S * U - 1) // (S * U)
+        steps = (nchunks + L * U - 1) // (L * U)
         groups = (N + GROUP_COLS - 1) // GROUP_COLS
-        g = cuda.blockIdx.x * WALKERS + (0 if KSPLIT else cuda.threadIdx.x // 32)
-        stride = cuda.gridDim.x * WALKERS
+        g = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
+        stride = cuda.gridDim.x * WARPS
         raw = cuda.local.array((C, U, 4), np.uint32)
         sv = cuda.local.array((C, U, H), float32)
         zv = cuda.local.array((C, U, H), np.uint32)
         acc = cuda.local.array((M, C), float32)
         stage = cuda.shared.array(STAGE, np.uint32, alignment=STAGE_ALIGN)
-        red = cuda.shared.array(RED, float32)
         for m in range(M):
             for c in range(C):
                 acc[m, c] = float32(0.0)
@@ -312,7 +290,7 @@ def default_kernel(config: DefaultConfig):
                         wait_for_previous_grid()
                         waited = True
                     fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, False)
-                finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out, float32(1.0), red)
+                finish(acc, g * GROUP_COLS + p, s, N, bias, has_bias, out, float32(1.0))
                 g += stride
             if not waited:  # a warp with no column group still orders itself after the grid
                 wait_for_previous_grid()
@@ -332,10 +310,10 @@ def default_kernel(config: DefaultConfig):
         if STAGED and staged:   # (folded away where nothing is staged: one loop compiled)
             walker(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups, steps,
                    s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc, stage, True,
-                   unscale, red)
+                   unscale)
         else:
             walker(act, packed, scales, zero_points, bias, has_bias, out, g, stride, groups, steps,
                    s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, raw, sv, zv, acc, stage, False,
-                   unscale, red)
+                   unscale)
 
     return kernel

@@ -11,7 +11,7 @@ import numpy as np
 __all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES",
            "MAX_M", "COLS", "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS",
            "MMA_BLOCKS", "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN",
-           "warps_per_sm_target", "stage_min_groups", "stages_row", "walkers_per_block"]
+           "warps_per_sm_target", "stage_min_groups", "stages_row"]
 
 DTYPES = ("float16", "bfloat16")
 MAX_M = 16
@@ -38,11 +38,7 @@ class DefaultConfig:
     pipeline: (M = 1) two register buffers: each step's loads are issued before the previous
     step is folded, across column groups, so a warp always has a step of loads in flight;
     mma: (M = 1, lanes 4, cols 2) the products and group sums on tensor cores
-    (:mod:`.default_mma`);
-    ksplit: (M = 1, no pipeline) the block's warps take one column group together, each a
-    slice of its chunks (:attr:`stripes`), and add their sums through shared memory (one
-    barrier per group): a grid of ``N / columns_per_warp`` blocks, for N too small to give
-    every warp of a persistent grid whole column groups.
+    (:mod:`.default_mma`).
     """
 
     dtype: str
@@ -59,7 +55,6 @@ class DefaultConfig:
     pdl: bool = False
     pipeline: bool = False
     mma: bool = False
-    ksplit: bool = False
 
     def __post_init__(self):
         def check(name, ok, accepted):
@@ -71,8 +66,7 @@ class DefaultConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
-        for name in ("zero_points", "act_vector", "weight_vector", "pdl", "pipeline", "mma",
-                     "ksplit"):
+        for name in ("zero_points", "act_vector", "weight_vector", "pdl", "pipeline", "mma"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"DefaultConfig.{name} must be a bool")
         check("M", 1 <= self.M <= MAX_M, f"in 1..{MAX_M}")
@@ -87,19 +81,10 @@ class DefaultConfig:
         mma_tiling = self.M == 1 and self.lanes == MMA_LANES and self.cols == MMA_COLS
         check("mma", not self.mma or mma_tiling,
               f"False unless M = 1, lanes = {MMA_LANES} and cols = {MMA_COLS}")
-        check("ksplit", not self.ksplit or (self.M == 1 and not self.pipeline),
-              "False unless M = 1 and pipeline is False")
 
     @property
     def columns_per_warp(self) -> int:
-        """The columns of one column group (a warp's, or with ``ksplit`` a block's)."""
         return 32 // self.lanes * self.cols
-
-    @property
-    def stripes(self) -> int:
-        """Lanes that share a column, each taking every ``stripes``-th chunk of it: ``lanes``,
-        times ``warps`` with ``ksplit`` (warp ``w``'s lane stripe ``s`` is ``w * lanes + s``)."""
-        return self.lanes * (self.warps if self.ksplit else 1)
 
 
 def _unroll_spills(M, dtype, zero_points) -> bool:
@@ -242,8 +227,6 @@ def stage_min_groups(config: DefaultConfig) -> int:
     """Column groups each warp of the grid must fold for ``config``'s kernel to stage its row
     (bf16 or the mma fold at M = 1; see :func:`stages_row`): :data:`MMA_STAGE_MIN_GROUPS` for
     the mma fold, else :data:`STAGE_MIN_GROUPS`."""
-    if config.ksplit:   # one group per block and walk: the stage is filled while its loads fly
-        return 0
     return MMA_STAGE_MIN_GROUPS if config.mma else STAGE_MIN_GROUPS
 
 
@@ -258,17 +241,12 @@ def stages_row(config: DefaultConfig, N: int, K: int, multiprocessors: int) -> b
         return False
     (blocks, _, _), _ = geometry(config, N, multiprocessors)
     groups = -(-N // config.columns_per_warp)
-    return groups >= stage_min_groups(config) * blocks * walkers_per_block(config)
-
-
-def walkers_per_block(config: DefaultConfig) -> int:
-    """The column groups a block walks at a time: one per warp, one with ``ksplit``."""
-    return 1 if config.ksplit else config.warps
+    return groups >= stage_min_groups(config) * blocks * config.warps
 
 
 def geometry(config: DefaultConfig, N: int, multiprocessors: int):
     """``(grid, block)``: a persistent grid of at most ``blocks_per_sm`` blocks per SM."""
     groups = -(-N // config.columns_per_warp)
-    blocks = -(-groups // walkers_per_block(config))
+    blocks = -(-groups // config.warps)
     return (max(1, min(blocks, config.blocks_per_sm * multiprocessors)), 1, 1), \
         (32 * config.warps, 1, 1)

@@ -165,8 +165,7 @@ def _fold(config, load_act, HALF, STAGED):
     """The fold in fp16 pair arithmetic (``HALF``) or in float32 (bf16 outside the fp16 range),
     on the stage's words (``STAGED``, fp16 arithmetic only) or on activations it loads."""
     F16 = config.dtype == "float16"
-    C, U = config.cols, config.unroll
-    S = config.stripes        # lanes (with ksplit: of every warp) sharing a column's chunks
+    C, L, U = config.cols, config.lanes, config.unroll
     ZP, TWO_GROUPS = config.zero_points, config.block_size == 16
 
     @cuda.jit(device=True, inline=True)
@@ -218,7 +217,7 @@ def _fold(config, load_act, HALF, STAGED):
         lines up with ``(a0, a4)`` (:mod:`.half2`)."""
         part = cuda.local.array(C, float32)
         for u in range(U):
-            j_raw = j0 + u * S
+            j_raw = j0 + u * L
             j = j_raw if full else min(j_raw, nchunks - 1)
             for h in range(2):           # the chunk's two 16-element halves: words 2h, 2h + 1
                 xa = act_operand(act, stage, j, 2 * h, full or 4 * j_raw + 2 * h < nwords)

@@ -54,6 +54,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32
 
+from .default_config import MMA_LANES
 from .default_m1 import CHUNK_STRIDE, CORRECTION, ZERO_SLOT, scalar_fold
 from .half2 import offset_pairs8
 from .intrinsics import int_as_float
@@ -73,7 +74,6 @@ def mma_fold(config, load_act):
     if not config.mma:
         raise ValueError(f"the mma fold needs a DefaultConfig with mma=True; got {config}")
     U, ZP, TWO_GROUPS = config.unroll, config.zero_points, config.block_size == 16
-    S = config.stripes        # MMA_LANES, times the warps with ksplit
     fold_scalar = scalar_fold(config, load_act)
 
     @cuda.jit(device=True, inline=True)
@@ -104,7 +104,7 @@ def mma_fold(config, load_act):
         lane = cuda.threadIdx.x % 32
         g, t = lane // 4, lane % 4
         for u in range(U):
-            j_raw = j0 + u * S
+            j_raw = j0 + u * MMA_LANES
             j = j_raw if full else min(j_raw, nchunks - 1)
             d0 = d1 = d2 = d3 = float32(0.0)
             for w in range(4):
