@@ -12,9 +12,11 @@
 #      simulator) and of the decode-shape choices (pytest -n 12), last: a pytest cut by its
 #      bound may leave xdist workers on the GPU, so they are killed after it.
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/m1_mma_device.sh
-# (LMHEAD=0 / TESTS=0: skip stage 2 / 3; TEST_FILES, TEST_K, TEST_WORKERS: stage 3's selection; the defaults fill about 580 s: each mma configuration
-# compiles in ~25-45 s, so LMHEAD_DTYPES=float16 for a shorter call). BENCH_GIT_COMMIT names the tree's commit in the results files: the
-# device copy's own git metadata may be stale (session 14's files all read efa897a).
+# (LMHEAD=0 / TESTS=0: skip stage 2 / 3; TEST_FILES, TEST_K, TEST_WORKERS: stage 3's selection;
+# the defaults fill about 580 s: each mma configuration compiles in ~25-45 s, so
+# LMHEAD_DTYPES=float16 for a shorter call). BENCH_GIT_COMMIT names the tree's commit in the
+# results files: the device copy's own git metadata may be stale (session 14's files all read
+# efa897a).
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
 [ -n "${BENCH_GIT_COMMIT:-}" ] || echo "warning: BENCH_GIT_COMMIT unset; the results name the device copy's git HEAD" >&2
