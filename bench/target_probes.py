@@ -138,7 +138,7 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
         t = check_and_time(row, bound, kernel, out, ref, copies, timer, args.replays, floor, nbytes, pct)
         err = row["error"]
         fallback = ""
-        if config.mma and not stages_row(config, N, K, sms):
+        if config.mma and config.M == 1 and not stages_row(config, N, K, sms):
             # session 14: c2l4u2b5m timed this fallback under the mma label (bench/NOTES.md)
             fallback = " CUDA-core fallback (row not staged: too few column groups per warp, or K)"
             row["note"] = "mma requested; the grid does not stage the row, so the CUDA-core fold ran"

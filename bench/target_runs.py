@@ -215,14 +215,15 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
 
 
 def _probes(args, label, M) -> list:
-    """The ``--configs`` probes of one row: default-tiling specs at M = 1 on ``--config-shapes``,
-    tensor-core specs (``tc...``) at M >= 2 on their own shapes or ``--config-shapes``."""
+    """The ``--configs`` probes of one row: default-tiling specs at every M on ``--config-shapes``
+    (``m``: the mma fold, M = 1 or the batch one), tensor-core specs (``tc...``) at M >= 2 on
+    their own shapes or ``--config-shapes``."""
     out = []
     for spec in args.configs or []:
         if is_tc_spec(spec):
             if M >= 2 and label in tc_shapes(spec, args.config_shapes):
                 out.append(spec)
-        elif M == 1 and label in args.config_shapes:
+        elif label in args.config_shapes:
             out.append(spec)
     return out
 

@@ -59,8 +59,8 @@ def parse_args(argv=None):
     p.add_argument("--variants", help="comma-separated variants (default: every registered kernel, auto, env; "
                                        "none: probes only)")
     p.add_argument("--no-tinygemm", action="store_true", help="skip the tinygemm peer")
-    p.add_argument("--configs", help="probe rows: default-tiling overrides at M = 1, e.g. c4u1b5p,c2u2b6 "
-                                     "(cols, unroll, blocks per SM, p = pipeline), and tensor-core "
+    p.add_argument("--configs", help="probe rows: default-tiling overrides at every M, e.g. c4u1b5p,c2l4u2b4m "
+                                     "(cols, lanes, unroll, blocks per SM, p = pipeline, m = mma), and tensor-core "
                                      "overrides at M >= 2, e.g. tck4u4w8b2d0@gate/up+down "
                                      "(bench/target_tc_probes.py)")
     p.add_argument("--config-shapes", default="lm_head", help="shapes the --configs probes run on (default lm_head)")

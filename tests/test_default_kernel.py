@@ -307,8 +307,8 @@ def test_lm_head_takes_the_mma_fold_where_each_warp_has_groups_to_fold(monkeypat
     assert not choose_config(1, 151936, 2048, 32, "float16", False).mma
     with pytest.raises(ValueError, match="mma"):
         DefaultConfig("float16", 1, 32, False, cols=4, lanes=4, mma=True)
-    with pytest.raises(ValueError, match="mma"):
-        DefaultConfig("float16", 2, 32, False, cols=2, lanes=4, mma=True)
+    with pytest.raises(ValueError, match="pipeline"):   # M > 1 takes mma, not the pipeline
+        DefaultConfig("float16", 2, 32, False, cols=2, lanes=4, mma=True, pipeline=True)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))

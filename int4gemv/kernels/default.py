@@ -58,6 +58,7 @@ from .default_config import (COLS, DTYPES, LANES, MAX_M, STAGE_MAX_K, UNROLLS, D
                              choice_reasons, choose_config, geometry, stage_min_groups)
 from .default_m1 import STAGE_SIZE, scalar_fold, stage_activations
 from .default_mma import mma_fold
+from .default_mma_batch import batch_mma_constants, batch_mma_finish, batch_mma_fold, row_tiles
 from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
 from .vector_loads import load8, load16
@@ -88,12 +89,15 @@ def default_kernel(config: DefaultConfig):
     TWO_GROUPS = BS == 16                # a chunk holds two quantization groups
     CHUNKS_PER_GROUP = max(1, BS // 32)
     SCALAR = M == 1                      # the M = 1 loop: re-paired dequant (.default_m1, .default_mma)
+    BATCH_MMA = config.mma and not SCALAR    # M > 1 on tensor cores (.default_mma_batch)
     RANGE_CHECK = SCALAR and not F16     # bf16 M = 1: fp16 arithmetic where the row allows it
-    STAGED = RANGE_CHECK or config.mma   # M = 1 folds that read the row from a shared stage
+    STAGED = RANGE_CHECK or (config.mma and SCALAR)   # M = 1 folds that read the row from a shared stage
                                          # where the grid allows (default_config.stages_row)
     STAGE = STAGE_SIZE if STAGED else 1   # the re-paired activations, a word per warp, a zero slot
     STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
     MIN_GROUPS = stage_min_groups(config)     # per warp of the grid, for the stage to pay
+    SV = np.uint32 if BATCH_MMA else float32  # scales: x2 bits for the A pairs, else float32
+    ACC = (row_tiles(M), 4) if BATCH_MMA else (M, C)   # D fragments, else sums per row, column
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
@@ -138,20 +142,23 @@ def default_kernel(config: DefaultConfig):
                     g = (2 * j + h if full else min(2 * j + h, nb - 1)) if TWO_GROUPS \
                         else j // CHUNKS_PER_GROUP
                     # unsigned indices: no negative-index wrap (SHF + LOP3 + IADD3 per load)
-                    sv[c, u, h] = to_float(scales[np.uint64(n * nb + g)])
+                    q = Z
                     if ZP:
                         byte = np.uint32(zero_points[np.uint64(n * nzb + (g >> 1))])
                         q = (byte >> np.uint32((g & 1) << 2)) & np.uint32(15)
-                        zv[c, u, h] = q if SCALAR else zero_point_offset(q)
+                    if BATCH_MMA:
+                        sv[c, u, h], zv[c, u, h] = mma_constants(scales[np.uint64(n * nb + g)], q)
                     else:
-                        zv[c, u, h] = NO_ZP_OFFSET
+                        sv[c, u, h] = to_float(scales[np.uint64(n * nb + g)])
+                        zv[c, u, h] = (q if SCALAR else zero_point_offset(q)) if ZP else NO_ZP_OFFSET
 
-    fold = batch_fold(config, load_act)
-    fold_m1 = mma_fold(config, load_act) if config.mma else scalar_fold(config, load_act)
+    fold = batch_mma_fold(config, load_act) if BATCH_MMA else batch_fold(config, load_act)
+    mma_constants = batch_mma_constants(config)
+    fold_m1 = mma_fold(config, load_act) if config.mma and SCALAR else scalar_fold(config, load_act)
     stage_fill = stage_activations(config, load_act)
 
     @cuda.jit(device=True, inline=True)
-    def finish(acc, col0, s, N, bias, has_bias, out, unscale):
+    def finish_lanes(acc, col0, s, N, bias, has_bias, out, unscale):
         """Reduce each column over its lanes; the column's first lane writes M outputs (bf16 at
         M = 1: the sums times ``unscale``, undoing the staged row's scale)."""
         for m in range(M):
@@ -175,6 +182,7 @@ def default_kernel(config: DefaultConfig):
             for c in range(C):
                 acc[m, c] = float32(0.0)
 
+    finish = batch_mma_finish(config) if BATCH_MMA else finish_lanes
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
     H = 2 if TWO_GROUPS else 1
 
@@ -231,7 +239,7 @@ def default_kernel(config: DefaultConfig):
         ever copied (a shared step function returning the next position fails Numba's
         inliner: "Calling a closure with *args is unsupported")."""
         raw_b = cuda.local.array((C, U, 4), np.uint32)
-        sv_b = cuda.local.array((C, U, H), float32)
+        sv_b = cuda.local.array((C, U, H), SV)
         zv_b = cuda.local.array((C, U, H), np.uint32)
         ga, sa = g, 0
         while ga < groups:
@@ -269,12 +277,12 @@ def default_kernel(config: DefaultConfig):
         g = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
         stride = cuda.gridDim.x * WARPS
         raw = cuda.local.array((C, U, 4), np.uint32)
-        sv = cuda.local.array((C, U, H), float32)
+        sv = cuda.local.array((C, U, H), SV)
         zv = cuda.local.array((C, U, H), np.uint32)
-        acc = cuda.local.array((M, C), float32)
+        acc = cuda.local.array(ACC, float32)
         stage = cuda.shared.array(STAGE, np.uint32, alignment=STAGE_ALIGN)
-        for m in range(M):
-            for c in range(C):
+        for m in range(ACC[0]):
+            for c in range(ACC[1]):
                 acc[m, c] = float32(0.0)
         if PDL:
             allow_next_grid()

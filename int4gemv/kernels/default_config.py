@@ -37,8 +37,8 @@ class DefaultConfig:
     grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``;
     pipeline: (M = 1) two register buffers: each step's loads are issued before the previous
     step is folded, across column groups, so a warp always has a step of loads in flight;
-    mma: (M = 1, lanes 4, cols 2) the products and group sums on tensor cores
-    (:mod:`.default_mma`).
+    mma: (lanes 4, cols 2) the products on tensor cores: at M = 1 with the group sums
+    (:mod:`.default_mma`), at M = 2..16 with the activation rows as B (:mod:`.default_mma_batch`).
     """
 
     dtype: str
@@ -78,9 +78,9 @@ class DefaultConfig:
         check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
               f"in 1..{64 // self.warps}")
         check("pipeline", not self.pipeline or self.M == 1, "False when M > 1 (M = 1 only)")
-        mma_tiling = self.M == 1 and self.lanes == MMA_LANES and self.cols == MMA_COLS
+        mma_tiling = self.lanes == MMA_LANES and self.cols == MMA_COLS
         check("mma", not self.mma or mma_tiling,
-              f"False unless M = 1, lanes = {MMA_LANES} and cols = {MMA_COLS}")
+              f"False unless lanes = {MMA_LANES} and cols = {MMA_COLS}")
 
     @property
     def columns_per_warp(self) -> int:

@@ -1,0 +1,149 @@
+"""The default tiling's M = 2..16 fold on tensor cores (``DefaultConfig.mma`` with ``M > 1``).
+
+A warp's 16 columns are the A operand of ``mma.sync.m16n8k16`` and the activation rows its B
+operand (rows 0..7; a second ``mma`` for rows 8..15 when M > 8), so one ``mma`` serves every row
+of a tile and M = 2..8 cost one pass over the weights, not M. The tiling is the default one's
+(``lanes = 4``, ``cols = 2``: lane ``l = 4 g + t`` takes columns ``g`` and ``g + 8`` of its
+column group and chunks ``t, t + 4, ...``), so the loads, the steps and the persistent grid are
+exactly those of the M = 1 kernel (:mod:`.default`); only the fold and the store differ::
+
+    word w (8 elements) of the lane's chunk, jj = 0, 1:
+        a0 = ((q[4jj] - zp) s, (q[4jj+1] - zp) s) of column g    a2 = the same of q[4jj+2..3]
+        a1, a3: column g + 8                                       (:mod:`.mma_pairs`)
+        b0 = (x[4jj], x[4jj+1]), b1 = (x[4jj+2], x[4jj+3]) of the word's activations in row
+        8 mt + g (16 bytes of the row per word: one load feeds both jj)
+    D (per row tile mt): d0, d1 = column g, rows 8 mt + 2t, 2t + 1; d2, d3 = column g + 8
+
+The four lanes ``t`` of a column hold four different chunks, so one ``mma`` sums 16 k taken from
+four chunks: the same permutation of K in A and B, which a dot product does not see; D is
+therefore already the sum over the column's lanes (no shuffles), and it accumulates over the
+column's steps in float32. A chunk can hold two quantization groups (bs 16) and the four lanes'
+chunks may lie in different groups, so the scale is applied in A: each pair is the exact
+``q - zp`` (an add to the magic-number pair) times the group scale, one rounding to the
+activations' dtype, as a dequantized weight (fp16 or bf16 ``mma``). Per 8 elements of a
+column: 1 shift, 4 PRMT, 4 LOP3, 8 x2 FMA and one ``mma`` per row tile for 16 columns.
+
+Activations are read from global memory (L1 hits: every warp reads the same rows), 16 bytes
+per lane, row ``8 mt + g``; a row that does not exist, a word past K or a chunk clamped past
+the column reads zeros, so padding nibbles add exactly 0. Every lane of the warp must call the
+fold together (``mma.sync.aligned``): the default tiling calls it in warp-uniform loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, float32
+
+from . import bf16
+from .mma import mma_bf16, mma_f16
+from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, scaled_pair_f16,
+                        zero_point_offset_bf16, zero_point_offset_f16)
+from .intrinsics import pack_half2
+
+__all__ = ["batch_mma_fold", "batch_mma_finish", "batch_mma_constants", "row_tiles"]
+
+_FOUR = np.uint32(4)
+_PAIR = np.uint32(0x00010001)
+
+
+def row_tiles(M: int) -> int:
+    """8-row tiles of B for ``M`` rows: 1 up to 8 rows, 2 up to 16."""
+    return (M + 7) // 8
+
+
+def batch_mma_constants(config):
+    """``constants(scale, zp)``: a group's ``(scale, zero-point offset)`` as x2 bits for the A
+    pairs, from the raw ``scales`` element (float16 for fp16, uint16 bf16 bits) and the nibble
+    zero point ``zp`` (uint32; ignored without zero points). ``config`` as for
+    :func:`batch_mma_fold`."""
+    F16, ZP = config.dtype == "float16", config.zero_points
+
+    @cuda.jit(device=True, inline=True)
+    def constants(scale, zp):
+        if F16:
+            s = float32(scale)
+            s2 = pack_half2(s, s)
+            z = zero_point_offset_f16(zp) if ZP else NO_ZP_OFFSET_F16
+        else:
+            s2 = np.uint32(scale) * _PAIR
+            z = zero_point_offset_bf16(zp) if ZP else NO_ZP_OFFSET_BF16
+        return s2, z
+
+    return constants
+
+
+def batch_mma_fold(config, load_act):
+    """The M > 1 tensor-core fold of ``config`` (a :class:`~.default_config.DefaultConfig` with
+    ``mma``, ``lanes = 4``, ``cols = 2``): ``fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc,
+    full)``, the signature and contract of :func:`.default_batch.batch_fold`, except that
+    ``sv``/``zv[c, u, h]`` hold the :func:`batch_mma_constants` x2 bits and ``acc[mt, 0..3]``
+    the lane's D fragments (see the module docstring)."""
+    F16, M, U = config.dtype == "float16", config.M, config.unroll
+    MT, L = row_tiles(M), config.lanes
+    FULL_ROWS = M == 8 * MT                   # every row of the tiles exists: no row predicate
+    TWO_GROUPS = config.block_size == 16
+    mma = mma_f16 if F16 else mma_bf16
+    pair = scaled_pair_f16 if F16 else scaled_pair_bf16
+
+    @cuda.jit(device=True, inline=True)
+    def fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, full):
+        g = (cuda.threadIdx.x % 32) // L
+        xs = cuda.local.array((MT, 4), np.uint32)
+        for u in range(U):
+            j_raw = j0 + u * L
+            for w in range(4):
+                for mt in range(MT):
+                    row = 8 * mt + g
+                    x = load_act(act, row * K + 32 * j_raw + 8 * w,
+                                 (FULL_ROWS or row < M) and (full or 4 * j_raw + w < nwords))
+                    for e in range(4):
+                        xs[mt, e] = x[e]
+                h = w // 2 if TWO_GROUPS else 0
+                w0, w1 = raw[0, u, w], raw[1, u, w]
+                w0s, w1s = w0 >> _FOUR, w1 >> _FOUR
+                for jj in range(2):
+                    a0 = pair(w0, w0s, 2 * jj, zv[0, u, h], sv[0, u, h])
+                    a2 = pair(w0, w0s, 2 * jj + 1, zv[0, u, h], sv[0, u, h])
+                    a1 = pair(w1, w1s, 2 * jj, zv[1, u, h], sv[1, u, h])
+                    a3 = pair(w1, w1s, 2 * jj + 1, zv[1, u, h], sv[1, u, h])
+                    for mt in range(MT):
+                        d = mma(a0, a1, a2, a3, xs[mt, 2 * jj], xs[mt, 2 * jj + 1],
+                                acc[mt, 0], acc[mt, 1], acc[mt, 2], acc[mt, 3])
+                        for r in range(4):
+                            acc[mt, r] = d[r]
+
+    return fold
+
+
+def batch_mma_finish(config):
+    """``finish(acc, col0, s, N, bias, has_bias, out, unscale)``, the default tiling's column
+    group end for the M > 1 tensor-core fold: lane ``(g, t)`` writes its D fragments (columns
+    ``col0`` and ``col0 + 8``, rows ``8 mt + 2t`` and ``+ 1`` that exist; ``col0`` is already
+    the lane's column ``g``), plus the bias, and zeroes them. ``unscale`` is unused."""
+    F16, M = config.dtype == "float16", config.M
+    MT, L = row_tiles(M), config.lanes
+
+    @cuda.jit(device=True, inline=True)
+    def finish(acc, col0, s, N, bias, has_bias, out, unscale):
+        t = s
+        for c in range(2):
+            n = col0 + 8 * c
+            if n < N:
+                if has_bias:
+                    b = float32(bias[np.uint64(n)]) if F16 else bf16.low_value(np.uint32(bias[np.uint64(n)]))
+                else:
+                    b = float32(0.0)
+                for mt in range(MT):
+                    for r in range(2):
+                        m = 8 * mt + 2 * t + r
+                        if m < M:
+                            y = acc[mt, 2 * c + r] + b
+                            if F16:
+                                out[np.uint64(m * N + n)] = y
+                            else:
+                                out[np.uint64(m * N + n)] = bf16.to_bf16_bits(y)
+        for mt in range(MT):
+            for r in range(4):
+                acc[mt, r] = float32(0.0)
+
+    return finish

@@ -1,0 +1,83 @@
+"""The default tiling's M = 2..16 fold on tensor cores (``kernels/default_mma_batch.py``) against
+float64: every format and dtype, every M, every K tail, several steps and column groups per warp,
+outputs poisoned and every element checked (:mod:`default_kernel_check`)."""
+
+import numpy as np
+import pytest
+
+import int4gemv as ig
+from default_kernel_check import DTYPES, TOL, check, make, reference, run
+from int4gemv.kernels.default import DefaultConfig
+
+
+def _config(dtype, M, K, bs, zp, unroll=1, warps=1, pdl=False):
+    """The mma tiling (4 lanes, 2 columns per lane) at M rows; with N = 69 one warp walks 5
+    groups of 16 columns, the last one partial."""
+    rows16 = -(-K // bs) * bs // 2 % 16 == 0
+    return DefaultConfig(dtype, M, bs, zp, cols=2, lanes=4, unroll=unroll, warps=warps,
+                         blocks_per_sm=1, mma=True, pdl=pdl, weight_vector=rows16)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("bs", ig.BLOCK_SIZES)
+@pytest.mark.parametrize("zp", [False, True])
+def test_every_format(rng, dtype, bs, zp):
+    # K = 2 bs + 8: a partial last group and a last chunk of one word; M = 5 (rows 5..7 of the
+    # tile absent); unroll 2 at bs >= 64 (the step's second chunk clamped past the column).
+    K = 2 * bs + 8
+    a, w, bias = make(rng, 69, K, bs, zp, 5, dtype)
+    config = _config(dtype, 5, K, bs, zp, unroll=2 if bs >= 64 else 1, pdl=bs == 32)
+    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
+    check(y, a, w, bias, dtype)
+
+
+@pytest.mark.parametrize("M", [2, 3, 8, 9, 16])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_every_row_tile(rng, M, dtype):
+    # One tile with and without absent rows (2, 3, 8), two tiles (9: rows 9..15 absent; 16 full);
+    # two warps of a block, so groups 0..4 go to warps 0 and 1 in turn.
+    K = 264
+    a, w, bias = make(rng, 69, K, 32, True, M, dtype)
+    y, _ = run(a, w, bias, dtype, config=_config(dtype, M, K, 32, True, unroll=2, warps=2),
+               multiprocessors=1)
+    check(y, a, w, bias, dtype)
+
+
+@pytest.mark.parametrize("K", [8, 40, 104, 136, 520])
+def test_k_tails(rng, K):
+    # K shorter than a chunk, ending in each word of a chunk, and several steps per lane.
+    a, w, bias = make(rng, 69, K, 16, True, 4, "float16")
+    y, _ = run(a, w, None, "float16", config=_config("float16", 4, K, 16, True, unroll=2),
+               multiprocessors=1)
+    check(y, a, w, None, "float16")
+
+
+def test_unroll_4_and_narrow_n(rng):
+    # 8 chunks per lane step (K = 520: one full step, then one valid chunk of 16), and N = 7:
+    # a single partial group whose columns 7..15 are clamped for loads and never stored.
+    for N in (7, 69):
+        a, w, bias = make(rng, N, 520, 32, False, 12, "bfloat16")
+        y, _ = run(a, w, bias, "bfloat16", config=_config("bfloat16", 12, 520, 32, False, unroll=4),
+                   multiprocessors=1)
+        check(y, a, w, bias, "bfloat16")
+
+
+def test_each_column_and_row_lands_in_its_place(rng):
+    # A weight that is zero except one column per group makes a misplaced output an exact miss:
+    # columns 0, 9 and 17 (lane group 0's second column, group 1's first) and rows 0..15.
+    M, N, K = 16, 24, 64
+    a, w, _ = make(rng, N, K, 32, False, M, "float16")
+    keep = np.zeros(N, bool)
+    keep[[0, 9, 17]] = True
+    w = ig.quantize(np.where(keep[:, None], rng.standard_normal((N, K)), 0).astype(np.float32), 32)
+    y, _ = run(a, w, None, "float16", config=_config("float16", M, K, 32, False), multiprocessors=1)
+    ref, size = reference(a, w, None, "float16")
+    assert np.all(y[:, ~keep] == 0)
+    assert np.max(np.abs(y - ref)[:, keep] / size[:, keep]) <= TOL["float16"]
+
+
+def test_the_config_takes_m_above_one_only_with_its_tiling():
+    DefaultConfig("float16", 16, 32, False, cols=2, lanes=4, mma=True)
+    for bad in ({"cols": 4}, {"lanes": 8}, {"pipeline": True}):
+        with pytest.raises(ValueError, match="mma|pipeline"):
+            DefaultConfig("float16", 4, 32, False, **{"cols": 2, "lanes": 4, "mma": True, **bad})
