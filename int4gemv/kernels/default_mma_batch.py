@@ -121,7 +121,7 @@ def batch_mma_finish(config):
     ``col0`` and ``col0 + 8``, rows ``8 mt + 2t`` and ``+ 1`` that exist; ``col0`` is already
     the lane's column ``g``), plus the bias, and zeroes them. ``unscale`` is unused."""
     F16, M = config.dtype == "float16", config.M
-    MT, L = row_tiles(M), config.lanes
+    MT = row_tiles(M)
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out, unscale):

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call for session 18 (bench/NOTES.md): the default tiling's M > 1 tensor-core fold
+# (kernels/default_mma_batch.py, probe specs `c2l4uUb4m` at M >= 2) against the tensor-core
+# kernel on lm_head, and the bf16 row-stage probes at M = 1 (issue 19); then the new fold's GPU
+# tests. The bench processes run at once, compiling in parallel and timing one at a time
+# (--gpu-lock); every comparison is between rows of one process (its own floor and baseline).
+# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/batch_mma_device.sh
+set -uo pipefail
+out=${OUT:?set OUT to the folder for logs and results}
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
+lock="$out/gpu.lock"
+
+bench() {   # name, then bench.targets arguments
+    local name=$1; shift
+    mkdir -p "$out/$name"
+    timeout "${BENCH_S:-330}" python3 -m bench.targets --out "$out/$name" --quick --gpu-lock "$lock" "$@" \
+        > "$out/targets-$name.log" 2>&1 &
+}
+lm="--shapes lm_head --config-shapes lm_head"
+bench m8 --m 8 $lm --formats 32 --dtypes float16 --variants tensor_core --configs c2l4u2b4m,c2l4u4b4m
+bench m16 --m 16 $lm --formats 32 --dtypes float16 --variants tensor_core --configs c2l4u2b4m,c2l4u4b4m
+bench m2 --m 2 $lm --formats 32 --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u4b4m
+bench bf16m8 --m 8 $lm --formats 32 --dtypes bfloat16 --variants tensor_core --no-tinygemm --configs c2l4u4b4m
+bench zpm8 --m 8 $lm --formats 16+zp --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u2b4m
+bench m1bf16 --m 1 --shapes gate/up,q/o --config-shapes gate/up,q/o --dtypes bfloat16 --variants default \
+    --no-tinygemm --configs c4u2b4s,c2u2b4s
+wait
+for f in "$out"/targets-*.log; do echo "== $f"; grep -h "^floor\|^tensor_core\|^default\|^tinygemm\|^probe\|Error\|error:" "$f" | head -20; done
+
+if [ "${TESTS:-1}" = 1 ]; then
+timeout "${TESTS_S:-200}" python3 -m pytest -v -p no:cacheprovider -n "${TEST_WORKERS:-12}" --tb=short \
+    tests/test_default_mma_batch.py > "$out/pytest-batch-mma.log" 2>&1
+echo "pytest exit $?"; pkill -f "pytest.*-n ${TEST_WORKERS:-12}" || true
+echo "passed $(grep -c " PASSED " "$out/pytest-batch-mma.log")"; grep " FAILED \| ERROR \|SKIP" "$out/pytest-batch-mma.log" | head -20
+fi
