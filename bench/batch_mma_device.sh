@@ -4,7 +4,8 @@
 # kernel on lm_head, and the bf16 row-stage probes at M = 1 (issue 19); then the new fold's GPU
 # tests. The bench processes run at once, compiling in parallel and timing one at a time
 # (--gpu-lock); every comparison is between rows of one process (its own floor and baseline).
-# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> bench/batch_mma_device.sh
+# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> [CALL=1] bench/batch_mma_device.sh
+# (everything under $OUT ends in $OUT/session18-call.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
 export PYTHONUNBUFFERED=1
@@ -18,6 +19,7 @@ bench() {   # name, then bench.targets arguments
         > "$out/targets-$name.log" 2>&1 &
 }
 lm="--shapes lm_head --config-shapes lm_head"
+if [ "${CALL:-2}" = 1 ]; then   # call 1 (a4740cc)
 bench m8 --m 8 $lm --formats 32 --dtypes float16 --variants tensor_core --configs c2l4u2b4m,c2l4u4b4m
 bench m16 --m 16 $lm --formats 32 --dtypes float16 --variants tensor_core --configs c2l4u2b4m,c2l4u4b4m
 bench m2 --m 2 $lm --formats 32 --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u4b4m
@@ -25,6 +27,13 @@ bench bf16m8 --m 8 $lm --formats 32 --dtypes bfloat16 --variants tensor_core --n
 bench zpm8 --m 8 $lm --formats 16+zp --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u2b4m
 bench m1bf16 --m 1 --shapes gate/up,q/o --config-shapes gate/up,q/o --dtypes bfloat16 --variants default \
     --no-tinygemm --configs c4u2b4s,c2u2b4s
+else        # call 2: weights past L1 (L1::no_allocate) and two column tiles per warp (cols 4)
+bench m8 --m 8 $lm --formats 32 --dtypes float16 --variants tensor_core --configs c2l4u4b4m,c4l4u2b4m,c2l4u2b4m
+bench m16 --m 16 $lm --formats 32 --dtypes float16 --variants tensor_core --configs c2l4u2b4m,c4l4u1b4m
+bench m2 --m 2,4 $lm --formats 32 --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u4b4m,c4l4u2b4m
+bench bf16m8 --m 8 $lm --formats 32 --dtypes bfloat16 --variants tensor_core --no-tinygemm --configs c2l4u4b4m,c4l4u2b4m
+bench zpm8 --m 8 $lm --formats 16+zp --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u2b4m,c4l4u1b4m
+fi
 wait
 for f in "$out"/targets-*.log; do echo "== $f"; grep -h "^floor\|^tensor_core\|^default\|^tinygemm\|^probe\|Error\|error:" "$f" | head -20; done
 
@@ -34,3 +43,5 @@ timeout "${TESTS_S:-200}" python3 -m pytest -v -p no:cacheprovider -n "${TEST_WO
 echo "pytest exit $?"; pkill -f "pytest.*-n ${TEST_WORKERS:-12}" || true
 echo "passed $(grep -c " PASSED " "$out/pytest-batch-mma.log")"; grep " FAILED \| ERROR \|SKIP" "$out/pytest-batch-mma.log" | head -20
 fi
+# the device tool returns a limited number of files: one archive of everything
+tar -czf "$out/../session18-call.tgz" -C "$out" . && rm -rf "${out:?}"/* && mv "$out/../session18-call.tgz" "$out/"

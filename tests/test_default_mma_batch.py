@@ -10,11 +10,11 @@ from default_kernel_check import DTYPES, TOL, check, make, reference, run
 from int4gemv.kernels.default import DefaultConfig
 
 
-def _config(dtype, M, K, bs, zp, unroll=1, warps=1, pdl=False):
-    """The mma tiling (4 lanes, 2 columns per lane) at M rows; with N = 69 one warp walks 5
-    groups of 16 columns, the last one partial."""
+def _config(dtype, M, K, bs, zp, unroll=1, warps=1, pdl=False, cols=2):
+    """The mma tiling (4 lanes, ``cols`` columns per lane) at M rows; with N = 69 one warp walks
+    5 groups of 16 columns (cols 2) or 3 of 32 (cols 4), the last one partial."""
     rows16 = -(-K // bs) * bs // 2 % 16 == 0
-    return DefaultConfig(dtype, M, bs, zp, cols=2, lanes=4, unroll=unroll, warps=warps,
+    return DefaultConfig(dtype, M, bs, zp, cols=cols, lanes=4, unroll=unroll, warps=warps,
                          blocks_per_sm=1, mma=True, pdl=pdl, weight_vector=rows16)
 
 
@@ -23,23 +23,26 @@ def _config(dtype, M, K, bs, zp, unroll=1, warps=1, pdl=False):
 @pytest.mark.parametrize("zp", [False, True])
 def test_every_format(rng, dtype, bs, zp):
     # K = 2 bs + 8: a partial last group and a last chunk of one word; M = 5 (rows 5..7 of the
-    # tile absent); unroll 2 at bs >= 64 (the step's second chunk clamped past the column).
+    # tile absent); unroll 2 at bs >= 64 (the step's second chunk clamped past the column); two
+    # column tiles (cols 4) with zero points.
     K = 2 * bs + 8
     a, w, bias = make(rng, 69, K, bs, zp, 5, dtype)
-    config = _config(dtype, 5, K, bs, zp, unroll=2 if bs >= 64 else 1, pdl=bs == 32)
+    config = _config(dtype, 5, K, bs, zp, unroll=2 if bs >= 64 else 1, pdl=bs == 32,
+                     cols=4 if zp else 2)
     y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
     check(y, a, w, bias, dtype)
 
 
 @pytest.mark.parametrize("M", [2, 3, 8, 9, 16])
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_every_row_tile(rng, M, dtype):
+@pytest.mark.parametrize("cols", [2, 4])
+def test_every_row_tile(rng, M, dtype, cols):
     # One tile with and without absent rows (2, 3, 8), two tiles (9: rows 9..15 absent; 16 full);
-    # two warps of a block, so groups 0..4 go to warps 0 and 1 in turn.
+    # two warps of a block, so the column groups go to warps 0 and 1 in turn.
     K = 264
     a, w, bias = make(rng, 69, K, 32, True, M, dtype)
-    y, _ = run(a, w, bias, dtype, config=_config(dtype, M, K, 32, True, unroll=2, warps=2),
-               multiprocessors=1)
+    y, _ = run(a, w, bias, dtype, config=_config(dtype, M, K, 32, True, unroll=2, warps=2,
+                                                 cols=cols), multiprocessors=1)
     check(y, a, w, bias, dtype)
 
 
@@ -62,15 +65,18 @@ def test_unroll_4_and_narrow_n(rng):
         check(y, a, w, bias, "bfloat16")
 
 
-def test_each_column_and_row_lands_in_its_place(rng):
-    # A weight that is zero except one column per group makes a misplaced output an exact miss:
-    # columns 0, 9 and 17 (lane group 0's second column, group 1's first) and rows 0..15.
-    M, N, K = 16, 24, 64
+@pytest.mark.parametrize("cols", [2, 4])
+def test_each_column_and_row_lands_in_its_place(rng, cols):
+    # A weight that is zero except a few columns makes a misplaced output an exact miss: columns
+    # 0, 9, 17 and 26 (the first and second column of each A tile, cols 4: of each tile) and rows
+    # 0..15.
+    M, N, K = 16, 40, 64
     a, w, _ = make(rng, N, K, 32, False, M, "float16")
     keep = np.zeros(N, bool)
-    keep[[0, 9, 17]] = True
+    keep[[0, 9, 17, 26]] = True
     w = ig.quantize(np.where(keep[:, None], rng.standard_normal((N, K)), 0).astype(np.float32), 32)
-    y, _ = run(a, w, None, "float16", config=_config("float16", M, K, 32, False), multiprocessors=1)
+    y, _ = run(a, w, None, "float16", config=_config("float16", M, K, 32, False, cols=cols),
+               multiprocessors=1)
     ref, size = reference(a, w, None, "float16")
     assert np.all(y[:, ~keep] == 0)
     assert np.max(np.abs(y - ref)[:, keep] / size[:, keep]) <= TOL["float16"]
@@ -78,6 +84,7 @@ def test_each_column_and_row_lands_in_its_place(rng):
 
 def test_the_config_takes_m_above_one_only_with_its_tiling():
     DefaultConfig("float16", 16, 32, False, cols=2, lanes=4, mma=True)
-    for bad in ({"cols": 4}, {"lanes": 8}, {"pipeline": True}):
+    DefaultConfig("float16", 16, 32, False, cols=4, lanes=4, mma=True)
+    for bad in ({"cols": 8}, {"lanes": 8}, {"pipeline": True}):
         with pytest.raises(ValueError, match="mma|pipeline"):
             DefaultConfig("float16", 4, 32, False, **{"cols": 2, "lanes": 4, "mma": True, **bad})

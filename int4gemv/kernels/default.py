@@ -61,7 +61,7 @@ from .default_mma import mma_fold
 from .default_mma_batch import batch_mma_constants, batch_mma_finish, batch_mma_fold, row_tiles
 from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
-from .vector_loads import load8, load16
+from .vector_loads import load8, load16, load16_stream
 
 __all__ = ["DefaultConfig", "choice_reasons", "choose_config", "default_kernel", "geometry", "DTYPES", "MAX_M",
            "COLS", "LANES", "UNROLLS"]
@@ -97,12 +97,14 @@ def default_kernel(config: DefaultConfig):
     STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
     MIN_GROUPS = stage_min_groups(config)     # per warp of the grid, for the stage to pay
     SV = np.uint32 if BATCH_MMA else float32  # scales: x2 bits for the A pairs, else float32
-    ACC = (row_tiles(M), 4) if BATCH_MMA else (M, C)   # D fragments, else sums per row, column
+    ACC = (row_tiles(M) * C // 2, 4) if BATCH_MMA else (M, C)   # D fragments, else sums per row, column
     Z = np.uint32(0)
 
     @cuda.jit(device=True, inline=True)
     def load_nibbles(packed, offset, second_half):
         """The chunk's 16 bytes (the second 8 only where ``second_half``: not past the row)."""
+        if W_VEC and BATCH_MMA:   # read once: kept out of L1, which holds the rows every warp re-reads
+            return load16_stream(packed, np.uint64(offset))
         if W_VEC:
             return load16(packed, offset)
         lo = load8(packed, offset)

@@ -10,7 +10,7 @@ import numpy as np
 
 __all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES",
            "MAX_M", "COLS", "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS",
-           "MMA_BLOCKS", "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN",
+           "MMA_BLOCKS", "MMA_BATCH_COLS", "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN",
            "warps_per_sm_target", "stage_min_groups", "stages_row"]
 
 DTYPES = ("float16", "bfloat16")
@@ -37,8 +37,9 @@ class DefaultConfig:
     grid (``griddepcontrol.wait``) before it reads activations or bias or writes ``out``;
     pipeline: (M = 1) two register buffers: each step's loads are issued before the previous
     step is folded, across column groups, so a warp always has a step of loads in flight;
-    mma: (lanes 4, cols 2) the products on tensor cores: at M = 1 with the group sums
-    (:mod:`.default_mma`), at M = 2..16 with the activation rows as B (:mod:`.default_mma_batch`).
+    mma: (lanes 4, cols 2; M > 1: cols 2 or 4) the products on tensor cores: at M = 1 with the
+    group sums (:mod:`.default_mma`), at M = 2..16 with the activation rows as B
+    (:mod:`.default_mma_batch`).
     """
 
     dtype: str
@@ -78,9 +79,11 @@ class DefaultConfig:
         check("blocks_per_sm", 1 <= self.blocks_per_sm <= 32 // self.warps * 2,
               f"in 1..{64 // self.warps}")
         check("pipeline", not self.pipeline or self.M == 1, "False when M > 1 (M = 1 only)")
-        mma_tiling = self.lanes == MMA_LANES and self.cols == MMA_COLS
+        mma_cols = (MMA_COLS,) if self.M == 1 else MMA_BATCH_COLS
+        mma_tiling = self.lanes == MMA_LANES and self.cols in mma_cols
         check("mma", not self.mma or mma_tiling,
-              f"False unless lanes = {MMA_LANES} and cols = {MMA_COLS}")
+              f"False unless lanes = {MMA_LANES} and cols = {MMA_COLS} (M > 1: one of "
+              f"{MMA_BATCH_COLS})")
 
     @property
     def columns_per_warp(self) -> int:
@@ -99,6 +102,9 @@ def _unroll_spills(M, dtype, zero_points) -> bool:
 #: 2 columns per lane, which its mapping needs; 4 warps per block, 4 blocks per SM (128 registers
 #: a thread).
 MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
+#: The columns per lane the M > 1 mma fold takes (:mod:`.default_mma_batch`): 2 (one A tile of
+#: 16 columns per warp) or 4 (two tiles sharing each activation fragment).
+MMA_BATCH_COLS = (2, 4)
 #: The longest activation row the M = 1 stage holds (hidden sizes up to 4096; longer rows fold
 #: in float32 (bf16) or on CUDA cores (the mma configuration)), and the column groups each warp
 #: of the grid must fold for the bf16 stage to pay (:func:`stages_row`): the bf16 stage is two

@@ -1,18 +1,20 @@
 """The default tiling's M = 2..16 fold on tensor cores (``DefaultConfig.mma`` with ``M > 1``).
 
-A warp's 16 columns are the A operand of ``mma.sync.m16n8k16`` and the activation rows its B
-operand (rows 0..7; a second ``mma`` for rows 8..15 when M > 8), so one ``mma`` serves every row
-of a tile and M = 2..8 cost one pass over the weights, not M. The tiling is the default one's
-(``lanes = 4``, ``cols = 2``: lane ``l = 4 g + t`` takes columns ``g`` and ``g + 8`` of its
-column group and chunks ``t, t + 4, ...``), so the loads, the steps and the persistent grid are
-exactly those of the M = 1 kernel (:mod:`.default`); only the fold and the store differ::
+A warp's columns are the A operand of ``mma.sync.m16n8k16`` (16 per tile) and the activation
+rows its B operand (rows 0..7; a second ``mma`` for rows 8..15 when M > 8), so one ``mma``
+serves every row of a tile and M = 2..8 cost one pass over the weights, not M. The tiling is
+the default one's (``lanes = 4``, ``cols = C`` of 2 or 4: lane ``l = 4 g + t`` takes columns
+``g + 8 c`` (``c < C``) of its column group and chunks ``t, t + 4, ...``), so the loads, the
+steps and the persistent grid are exactly those of the M = 1 kernel (:mod:`.default`); only the
+fold and the store differ. Tile ``k < C / 2`` is columns ``c = 2k`` (A rows 0..7) and ``2k + 1``
+(A rows 8..15), and every tile shares the word's activation fragment::
 
-    word w (8 elements) of the lane's chunk, jj = 0, 1:
-        a0 = ((q[4jj] - zp) s, (q[4jj+1] - zp) s) of column g    a2 = the same of q[4jj+2..3]
-        a1, a3: column g + 8                                       (:mod:`.mma_pairs`)
+    word w (8 elements) of the lane's chunk, jj = 0, 1, tile k:
+        a0 = ((q[4jj] - zp) s, (q[4jj+1] - zp) s) of column c = 2k    a2 = the same of q[4jj+2..3]
+        a1, a3: column c = 2k + 1                                      (:mod:`.mma_pairs`)
         b0 = (x[4jj], x[4jj+1]), b1 = (x[4jj+2], x[4jj+3]) of the word's activations in row
-        8 mt + g (16 bytes of the row per word: one load feeds both jj)
-    D (per row tile mt): d0, d1 = column g, rows 8 mt + 2t, 2t + 1; d2, d3 = column g + 8
+        8 mt + g (16 bytes of the row per word: one load feeds both jj and every tile)
+    D (tile k, row tile mt): d0, d1 = column 2k, rows 8 mt + 2t, 2t + 1; d2, d3 = column 2k + 1
 
 The four lanes ``t`` of a column hold four different chunks, so one ``mma`` sums 16 k taken from
 four chunks: the same permutation of K in A and B, which a dot product does not see; D is
@@ -76,10 +78,11 @@ def batch_mma_fold(config, load_act):
     """The M > 1 tensor-core fold of ``config`` (a :class:`~.default_config.DefaultConfig` with
     ``mma``, ``lanes = 4``, ``cols = 2``): ``fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc,
     full)``, the signature and contract of :func:`.default_batch.batch_fold`, except that
-    ``sv``/``zv[c, u, h]`` hold the :func:`batch_mma_constants` x2 bits and ``acc[mt, 0..3]``
-    the lane's D fragments (see the module docstring)."""
+    ``sv``/``zv[c, u, h]`` hold the :func:`batch_mma_constants` x2 bits and ``acc[mt * T + k,
+    0..3]`` the lane's D fragments of row tile ``mt`` and column tile ``k < T = cols / 2`` (see
+    the module docstring)."""
     F16, M, U = config.dtype == "float16", config.M, config.unroll
-    MT, L = row_tiles(M), config.lanes
+    MT, L, T = row_tiles(M), config.lanes, config.cols // 2
     FULL_ROWS = M == 8 * MT                   # every row of the tiles exists: no row predicate
     TWO_GROUPS = config.block_size == 16
     mma = mma_f16 if F16 else mma_bf16
@@ -99,18 +102,21 @@ def batch_mma_fold(config, load_act):
                     for e in range(4):
                         xs[mt, e] = x[e]
                 h = w // 2 if TWO_GROUPS else 0
-                w0, w1 = raw[0, u, w], raw[1, u, w]
-                w0s, w1s = w0 >> _FOUR, w1 >> _FOUR
-                for jj in range(2):
-                    a0 = pair(w0, w0s, 2 * jj, zv[0, u, h], sv[0, u, h])
-                    a2 = pair(w0, w0s, 2 * jj + 1, zv[0, u, h], sv[0, u, h])
-                    a1 = pair(w1, w1s, 2 * jj, zv[1, u, h], sv[1, u, h])
-                    a3 = pair(w1, w1s, 2 * jj + 1, zv[1, u, h], sv[1, u, h])
-                    for mt in range(MT):
-                        d = mma(a0, a1, a2, a3, xs[mt, 2 * jj], xs[mt, 2 * jj + 1],
-                                acc[mt, 0], acc[mt, 1], acc[mt, 2], acc[mt, 3])
-                        for r in range(4):
-                            acc[mt, r] = d[r]
+                for k in range(T):
+                    c0, c1 = 2 * k, 2 * k + 1
+                    w0, w1 = raw[c0, u, w], raw[c1, u, w]
+                    w0s, w1s = w0 >> _FOUR, w1 >> _FOUR
+                    for jj in range(2):
+                        a0 = pair(w0, w0s, 2 * jj, zv[c0, u, h], sv[c0, u, h])
+                        a2 = pair(w0, w0s, 2 * jj + 1, zv[c0, u, h], sv[c0, u, h])
+                        a1 = pair(w1, w1s, 2 * jj, zv[c1, u, h], sv[c1, u, h])
+                        a3 = pair(w1, w1s, 2 * jj + 1, zv[c1, u, h], sv[c1, u, h])
+                        for mt in range(MT):
+                            i = mt * T + k
+                            d = mma(a0, a1, a2, a3, xs[mt, 2 * jj], xs[mt, 2 * jj + 1],
+                                    acc[i, 0], acc[i, 1], acc[i, 2], acc[i, 3])
+                            for r in range(4):
+                                acc[i, r] = d[r]
 
     return fold
 
@@ -118,15 +124,15 @@ def batch_mma_fold(config, load_act):
 def batch_mma_finish(config):
     """``finish(acc, col0, s, N, bias, has_bias, out, unscale)``, the default tiling's column
     group end for the M > 1 tensor-core fold: lane ``(g, t)`` writes its D fragments (columns
-    ``col0`` and ``col0 + 8``, rows ``8 mt + 2t`` and ``+ 1`` that exist; ``col0`` is already
+    ``col0 + 8 c``, ``c < cols``, rows ``8 mt + 2t`` and ``+ 1`` that exist; ``col0`` is already
     the lane's column ``g``), plus the bias, and zeroes them. ``unscale`` is unused."""
-    F16, M = config.dtype == "float16", config.M
-    MT = row_tiles(M)
+    F16, M, C = config.dtype == "float16", config.M, config.cols
+    MT, T = row_tiles(M), config.cols // 2
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out, unscale):
         t = s
-        for c in range(2):
+        for c in range(C):
             n = col0 + 8 * c
             if n < N:
                 if has_bias:
@@ -137,13 +143,13 @@ def batch_mma_finish(config):
                     for r in range(2):
                         m = 8 * mt + 2 * t + r
                         if m < M:
-                            y = acc[mt, 2 * c + r] + b
+                            y = acc[mt * T + c // 2, 2 * (c % 2) + r] + b
                             if F16:
                                 out[np.uint64(m * N + n)] = y
                             else:
                                 out[np.uint64(m * N + n)] = bf16.to_bf16_bits(y)
-        for mt in range(MT):
+        for i in range(MT * T):
             for r in range(4):
-                acc[mt, r] = float32(0.0)
+                acc[i, r] = float32(0.0)
 
     return finish
