@@ -27,19 +27,28 @@ bench bf16m8 --m 8 $lm --formats 32 --dtypes bfloat16 --variants tensor_core --n
 bench zpm8 --m 8 $lm --formats 16+zp --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u2b4m
 bench m1bf16 --m 1 --shapes gate/up,q/o --config-shapes gate/up,q/o --dtypes bfloat16 --variants default \
     --no-tinygemm --configs c4u2b4s,c2u2b4s
-else        # call 2: weights past L1 (L1::no_allocate) and two column tiles per warp (cols 4)
+elif [ "${CALL:-3}" = 2 ]; then   # call 2 (b717218): weights past L1 (L1::no_allocate) and two column tiles per warp (cols 4)
 bench m8 --m 8 $lm --formats 32 --dtypes float16 --variants tensor_core --configs c2l4u4b4m,c4l4u2b4m,c2l4u2b4m
 bench m16 --m 16 $lm --formats 32 --dtypes float16 --variants tensor_core --configs c2l4u2b4m,c4l4u1b4m
 bench m2 --m 2,4 $lm --formats 32 --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u4b4m,c4l4u2b4m
 bench bf16m8 --m 8 $lm --formats 32 --dtypes bfloat16 --variants tensor_core --no-tinygemm --configs c2l4u4b4m,c4l4u2b4m
 bench zpm8 --m 8 $lm --formats 16+zp --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u2b4m,c4l4u1b4m
+else        # call 3: the chooser (environment unset) against the tensor-core kernel, every M and format
+bench m24 --m 2,4 $lm --formats 32 --dtypes float16 --variants env,tensor_core
+bench m816 --m 8,16 $lm --formats 32 --dtypes float16 --variants env,tensor_core
+bench bf16 --m 8,16 $lm --formats 32 --dtypes bfloat16 --variants env,tensor_core --no-tinygemm
+bench m16probe --m 16 $lm --formats 32 --dtypes float16 --variants env --no-tinygemm --configs c4l4u2b3m,c4l4u1b3m
+bench fmt16a --m 16 $lm --formats 16,16+zp,32+zp,64 --dtypes float16 --variants env --no-tinygemm
+bench fmt16b --m 16 $lm --formats 64+zp,128,128+zp --dtypes float16 --variants env --no-tinygemm
 fi
 wait
 for f in "$out"/targets-*.log; do echo "== $f"; grep -h "^floor\|^tensor_core\|^default\|^tinygemm\|^probe\|Error\|error:" "$f" | head -20; done
 
 if [ "${TESTS:-1}" = 1 ]; then
 timeout "${TESTS_S:-200}" python3 -m pytest -v -p no:cacheprovider -n "${TEST_WORKERS:-12}" --tb=short \
-    tests/test_default_mma_batch.py > "$out/pytest-batch-mma.log" 2>&1
+    tests/test_default_mma_batch.py "tests/test_default_kernel.py::test_m1_unroll_is_the_largest_that_does_not_spill" \
+    "tests/test_default_kernel.py::test_lm_head_takes_the_mma_fold_where_each_warp_has_groups_to_fold" \
+    "tests/test_tensor_core.py::test_explain_says_why_tiles" > "$out/pytest-batch-mma.log" 2>&1
 echo "pytest exit $?"; pkill -f "pytest.*-n ${TEST_WORKERS:-12}" || true
 echo "passed $(grep -c " PASSED " "$out/pytest-batch-mma.log")"; grep " FAILED \| ERROR \|SKIP" "$out/pytest-batch-mma.log" | head -20
 fi

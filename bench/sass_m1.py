@@ -255,6 +255,19 @@ CASES = {
                                                        dict(M=16, mma=True, cols=4, lanes=4, unroll=1))),
     "default fp16 bs16 zp mma M8 c4l4u1b4": ("default", ("float16", 16, True,
                                                          dict(M=8, mma=True, cols=4, lanes=4, unroll=1))),
+    "default fp16 bs32 mma M16 c4l4u2b3": ("default", ("float16", 32, False,
+                                                       dict(M=16, mma=True, cols=4, lanes=4, blocks_per_sm=3))),
+    "default fp16 bs32 mma M16 c2l4u4b3": ("default", ("float16", 32, False,
+                                                       dict(M=16, mma=True, cols=2, lanes=4, unroll=4,
+                                                            blocks_per_sm=3))),
+    "default fp16 bs32 mma M16 c4l4u1b3": ("default", ("float16", 32, False,
+                                                       dict(M=16, mma=True, cols=4, lanes=4, unroll=1,
+                                                            blocks_per_sm=3))),
+    "default fp16 bs16 zp mma M16 c4l4u1b4": ("default", ("float16", 16, True,
+                                                          dict(M=16, mma=True, cols=4, lanes=4, unroll=1))),
+    "default fp16 bs32 mma M8 c4l4u4b3": ("default", ("float16", 32, False,
+                                                      dict(M=8, mma=True, cols=4, lanes=4, unroll=4,
+                                                           blocks_per_sm=3))),
 }
 
 

@@ -4,8 +4,10 @@ No GPU and no memory are touched here, so every decision is testable anywhere. T
 the registered descriptors (:mod:`.registry`); ``Tuning.variant`` names one of them, or
 ``"auto"``:
 
-* ``default`` (the environment unset): the default tiling at M = 1, the tensor-core kernel
-  (:mod:`.descriptors.tensor_core`) for M >= 2, where one ``mma`` serves every row;
+* ``default`` (the environment unset): the default tiling at M = 1; for M >= 2, where one
+  ``mma`` serves every row, the default tiling's tensor-core fold where N fills its persistent
+  grid (:func:`~.kernels.default_config.mma_batch_pays`: lm_head-wide N), else the tensor-core
+  kernel (:mod:`.descriptors.tensor_core`, split K for narrow N);
 * a named kernel runs when its eligibility accepts the problem; a specialization that cannot
   take the problem falls back to that default, and the plan says why;
 * ``auto``: where the single-warp specialization is eligible, the measured table
@@ -14,8 +16,8 @@ the registered descriptors (:mod:`.registry`); ``Tuning.variant`` names one of t
   specialization runs. Where it is ineligible (M >= 2, bf16, ...) a measured entry for the
   problem's M, block size, zero points and dtype still chooses, else the default above. Fields given in the tuning win over the table's.
 
-Fields the tuning leaves ``None`` are the kernel's choice. The default tiling (M = 1) and the
-tensor-core kernel (M >= 2) accept every valid problem; should the chosen one refuse, the call is
+Fields the tuning leaves ``None`` are the kernel's choice. The default tiling and the
+tensor-core kernel accept every valid problem; should the chosen one refuse, the call is
 refused with a ``ValueError`` saying why.
 """
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass, fields, replace
 from . import autotune
 from .descriptor import Problem, TuningRefused
 from .descriptors import tensor_core
+from .kernels.default_config import MMA_BATCH_COLS, MMA_BATCH_MIN_GROUPS, mma_batch_pays
 from .registry import FALLBACK, descriptor
 from .tuning import ENV_VARS, Resolved, Tuning
 
@@ -84,9 +87,16 @@ class Plan:
         return "\n".join(lines)
 
 
-def _default_for(problem):
+def _default_for(problem, tuning, multiprocessors):
     """``(kernel, why)``: what a call runs when no specialization takes it (``why`` is ``None``
-    for the default tiling at M = 1)."""
+    for the default tiling at M = 1). The default tiling's tensor-core fold needs ``cols`` left
+    open or one of its column counts."""
+    if problem.M >= tensor_core.MIN_M and mma_batch_pays(problem.M, problem.N, multiprocessors) \
+            and tuning.cols in (None,) + MMA_BATCH_COLS:
+        return FALLBACK, (f"M = {problem.M} >= {tensor_core.MIN_M}: the default tiling's "
+                          f"tensor-core fold (one mma.sync.m16n8k16 per 8 rows), since N = "
+                          f"{problem.N} gives each warp of its persistent grid >= "
+                          f"{MMA_BATCH_MIN_GROUPS} groups of 16 columns on {multiprocessors} SMs")
     if problem.M >= tensor_core.MIN_M:
         return tensor_core.NAME, tensor_core.why_chosen(problem)
     return FALLBACK, None
@@ -100,10 +110,10 @@ def _from_table(entry, how, tuning):
         tuple((f, f"autotune table, {how}") for f in filled)
 
 
-def _choose(problem, tuning, device_name, table):
+def _choose(problem, tuning, device_name, table, multiprocessors):
     """``(kernel name, tuning with the table's fields filled in, reason, table fields)``."""
     if tuning.variant == FALLBACK:
-        name, why = _default_for(problem)
+        name, why = _default_for(problem, tuning, multiprocessors)
         return name, tuning, why or "single-warp specialization not requested (opt-in)", ()
     special = "single_warp" if tuning.variant == "auto" else tuning.variant
     eligible, why = descriptor(special).eligibility(problem)
@@ -112,7 +122,7 @@ def _choose(problem, tuning, device_name, table):
             entry, how = autotune.lookup(table, device_name, problem)
             if entry is not None and descriptor(entry.variant).eligibility(problem)[0]:
                 return _from_table(entry, how, tuning)
-        name, because = _default_for(problem)
+        name, because = _default_for(problem, tuning, multiprocessors)
         return name, tuning, (f"{special} requested but ineligible ({why}); fell back to {name}"
                               + (f" ({because})" if because else "")), ()
     if tuning.variant != "auto":
@@ -146,7 +156,8 @@ def plan_gemv(problem: Problem, resolved: Resolved, *, device_name=None, multipr
     ``multiprocessors`` (the device's SM count) sizes persistent grids."""
     table = autotune.load_autotune_table() if table is None and resolved.tuning.variant == "auto" \
         else (table or {})
-    name, tuning, reason, from_table = _choose(problem, resolved.tuning, device_name, table)
+    name, tuning, reason, from_table = _choose(problem, resolved.tuning, device_name, table,
+                                               multiprocessors)
     kernel = descriptor(name)
     eligible, why = kernel.eligibility(problem)
     if not eligible:

@@ -7,7 +7,11 @@ import pytest
 
 import int4gemv as ig
 from default_kernel_check import DTYPES, TOL, check, make, reference, run
-from int4gemv.kernels.default import DefaultConfig
+from int4gemv.descriptor import Problem
+from int4gemv.dispatch import plan_gemv
+from int4gemv.kernels.default import DefaultConfig, choose_config
+from int4gemv.kernels.default_config import mma_batch_pays
+from int4gemv.tuning import resolve_tuning
 
 
 def _config(dtype, M, K, bs, zp, unroll=1, warps=1, pdl=False, cols=2):
@@ -88,3 +92,46 @@ def test_the_config_takes_m_above_one_only_with_its_tiling():
     for bad in ({"cols": 8}, {"lanes": 8}, {"pipeline": True}):
         with pytest.raises(ValueError, match="mma|pipeline"):
             DefaultConfig("float16", 4, 32, False, **{"cols": 2, "lanes": 4, "mma": True, **bad})
+
+
+# -- the dispatcher: M >= 2 on lm_head-wide N takes this fold -------------------------------------
+
+def _plan(M, N, zp=False, tuning=None, dtype="float16", sms=132):
+    return plan_gemv(Problem(M, N, 2048, 32, dtype, zp, False), resolve_tuning(tuning, environ={}),
+                     device_name="G", table={}, multiprocessors=sms)
+
+
+@pytest.mark.parametrize("M, zp, tiling", [(2, False, (2, 4)), (4, False, (2, 4)),
+                                           (5, False, (4, 2)), (8, False, (4, 2)),
+                                           (9, False, (4, 1)), (16, False, (4, 1)),
+                                           (8, True, (2, 2)), (16, True, (4, 1))])
+def test_wide_n_at_m_above_one_takes_the_default_tilings_mma_fold(M, zp, tiling):
+    p = _plan(M, 151936, zp)
+    assert p.kernel == "default" and p.config.mma and p.config.M == M
+    assert (p.config.cols, p.config.unroll, p.config.lanes) == tiling + (4,)
+    assert "tensor-core fold" in p.reason and "151936" in p.reason
+    assert "tensor-core fold" in dict((n, s) for n, _, s in p.sources)["cols"]
+
+
+def test_the_rule_is_two_groups_of_16_columns_per_warp_of_the_grid():
+    # 4 warps x 4 blocks x 132 SMs = 2112 warps: 4224 groups of 16 columns = 67584 columns.
+    assert mma_batch_pays(8, 67584, 132) and not mma_batch_pays(8, 67568, 132)
+    assert not mma_batch_pays(1, 151936, 132)               # M = 1 has its own rules
+    assert mma_batch_pays(8, 67584 // 2, 66)                # half the SMs, half the columns
+    assert _plan(8, 67584).kernel == "default" and _plan(8, 67568).kernel == "tensor_core"
+    assert _plan(8, 6144).kernel == "tensor_core"           # gate/up: split K
+
+
+def test_named_kernels_and_given_columns_keep_their_meaning():
+    assert _plan(8, 151936, tuning="tensor_core").kernel == "tensor_core"
+    p = _plan(8, 151936, tuning=ig.Tuning(variant="default", cols=2))
+    assert p.kernel == "default" and p.config.mma and p.config.cols == 2
+    # a column count the fold does not take keeps the tensor-core kernel (as before the fold)
+    assert _plan(8, 151936, tuning=ig.Tuning(variant="default", cols=1)).kernel == "tensor_core"
+    assert not choose_config(8, 151936, 2048, 32, "float16", False, cols=1).mma
+
+
+def test_short_k_lowers_the_unroll_to_the_chunks_a_lane_has():
+    # K = 128: one chunk per lane (4 lanes x 32 elements)
+    assert choose_config(2, 151936, 128, 32, "float16", False).unroll == 1
+    assert choose_config(2, 151936, 256, 32, "float16", False).unroll == 2

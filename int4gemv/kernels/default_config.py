@@ -11,7 +11,8 @@ import numpy as np
 __all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES",
            "MAX_M", "COLS", "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS",
            "MMA_BLOCKS", "MMA_BATCH_COLS", "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN",
-           "warps_per_sm_target", "stage_min_groups", "stages_row"]
+           "warps_per_sm_target", "stage_min_groups", "stages_row", "mma_batch_pays", "mma_batch_tiling",
+           "MMA_BATCH_MIN_GROUPS"]
 
 DTYPES = ("float16", "bfloat16")
 MAX_M = 16
@@ -105,6 +106,13 @@ MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
 #: The columns per lane the M > 1 mma fold takes (:mod:`.default_mma_batch`): 2 (one A tile of
 #: 16 columns per warp) or 4 (two tiles sharing each activation fragment).
 MMA_BATCH_COLS = (2, 4)
+#: Groups of 16 columns each warp of the full persistent grid (:data:`MMA_WARPS` x
+#: :data:`MMA_BLOCKS` x SMs) must have for :func:`choose_config` to take the M > 1 mma fold: its
+#: grid has no split K, so a narrow N would leave most warps idle (gate/up, 6144 columns: 0.18
+#: group per warp), where the tensor-core kernel splits K. lm_head (151936 columns: 4.5 per warp)
+#: measured on an H100 (session 18, fp16 bs 32, against the tensor-core kernel in one process):
+#: M = 2 68.1 against 81.2 us, M = 4 70.2 / 82.2, M = 8 73.2 / 83.5, M = 16 100.2 / 125.5.
+MMA_BATCH_MIN_GROUPS = 2
 #: The longest activation row the M = 1 stage holds (hidden sizes up to 4096; longer rows fold
 #: in float32 (bf16) or on CUDA cores (the mma configuration)), and the column groups each warp
 #: of the grid must fold for the bf16 stage to pay (:func:`stages_row`): the bf16 stage is two
@@ -142,6 +150,26 @@ def mma_pays(M, N, K, multiprocessors) -> bool:
     return M == 1 and K <= STAGE_MAX_K and groups >= STAGE_MIN_GROUPS * stride
 
 
+def mma_batch_pays(M, N, multiprocessors) -> bool:
+    """Whether :func:`choose_config` takes the M > 1 mma fold: M >= 2 and N gives every warp of
+    the full persistent grid :data:`MMA_BATCH_MIN_GROUPS` groups of 16 columns."""
+    stride = MMA_WARPS * MMA_BLOCKS * multiprocessors
+    return M >= 2 and -(-N // 16) >= MMA_BATCH_MIN_GROUPS * stride
+
+
+def mma_batch_tiling(M, zero_points) -> tuple:
+    """``(cols, unroll)`` of the M > 1 mma fold (H100, session 18, lm_head fp16 bs 32): 2 x 4
+    up to 4 rows (68.1 / 73.7 us at M = 2 against 4 x 2), 4 x 2 up to 8 (73.2 / 76.5 at M = 8:
+    one activation fragment feeds 32 columns), 4 x 1 with two row tiles (100.2 against 2 x 2's
+    115.8; 4 x 2 and 2 x 4 spill there); zero points 2 x 2 up to 8 rows (bs 16 + zp: 97.6
+    against 4 x 1's 111.0; ptxas spills 56 B at 2 x 4)."""
+    if M > 8:
+        return 4, 1
+    if zero_points:
+        return 2, 2
+    return (2, 4) if M <= 4 else (4, 2)
+
+
 def warps_per_sm_target(M) -> int:
     """The busy warps per SM below which :func:`choose_config` halves the columns per lane: 4
     at M = 1, 8 for M > 1. At M = 1 fewer, wider warps won on the H100 (bench/NOTES.md, session
@@ -162,9 +190,23 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     beyond); resident blocks per SM: 8 for one column
     (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md).
     M = 1 where :func:`mma_pays` (``cols`` not given): the tensor-core fold's tiling instead
-    (4 lanes and 2 columns per lane, :data:`MMA_WARPS` warps, :data:`MMA_BLOCKS` blocks per SM)."""
+    (4 lanes and 2 columns per lane, :data:`MMA_WARPS` warps, :data:`MMA_BLOCKS` blocks per SM);
+    M >= 2 where :func:`mma_batch_pays` (``cols`` not given, or one of :data:`MMA_BATCH_COLS`):
+    the M > 1 tensor-core fold, 4 lanes per column and :func:`mma_batch_tiling`'s columns and
+    unroll."""
     row_bytes = -(-K // block_size) * block_size // 2
     weight_vector = bool(weight_aligned16) and row_bytes % 16 == 0
+    if cols in (None,) + MMA_BATCH_COLS and mma_batch_pays(M, N, multiprocessors):
+        chosen, unroll = mma_batch_tiling(M, zero_points)
+        cols = chosen if cols is None else cols
+        per_lane = -(-K // 32 // MMA_LANES)
+        while unroll > 1 and unroll > per_lane:
+            unroll //= 2
+        return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),
+                             zero_points=bool(zero_points), cols=cols, lanes=MMA_LANES,
+                             unroll=unroll, warps=MMA_WARPS, blocks_per_sm=MMA_BLOCKS,
+                             act_vector=bool(act_aligned16), weight_vector=weight_vector,
+                             pdl=bool(pdl), mma=True)
     if cols is None and mma_pays(M, N, K, multiprocessors):
         per_lane = -(-K // 32 // MMA_LANES)
         unroll = 1 if per_lane == 1 else 2      # no spills at 2, zero points included (ptxas)
@@ -199,7 +241,13 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
     chunks = -(-K // 32)
     per_lane = -(-chunks // config.lanes)
     full = 4 if config.M == 1 else 2
-    if config.mma:
+    if config.mma and config.M > 1:
+        cols = (f"{config.cols} columns per lane step, {config.lanes} lanes per column at M = "
+                f"{config.M}: the tensor-core fold (mma.sync m16n8k16: {8 * config.cols} columns "
+                f"per warp are A, the rows B, one mma per 8 rows), since N = {N} gives each of "
+                f"the {config.warps * config.blocks_per_sm * multiprocessors} warps >= "
+                f"{MMA_BATCH_MIN_GROUPS} groups of 16 columns")
+    elif config.mma:
         cols = (f"{config.cols} columns per lane step, {config.lanes} lanes per column at M = 1: the "
                 f"tensor-core fold (mma.sync m16n8k16: a warp's 16 columns are A), since N = {N} "
                 f"gives each of the {config.warps * config.blocks_per_sm * multiprocessors} warps "
@@ -217,6 +265,10 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
              f"{config.blocks_per_sm} blocks per SM")
     if per_lane == 1:
         unroll = f"1: each lane has one chunk of its column (K = {K}, {config.lanes} lanes)"
+    elif config.mma and config.M > 1:
+        unroll = (f"{config.unroll} chunks per lane step at M = {config.M} with {config.cols} "
+                  "columns per lane (the tensor-core fold's tiling for this M and zero-point "
+                  "setting, measured on lm_head; more spills)")
     elif config.dtype == "bfloat16" and config.M > 1:
         unroll = "1 for bfloat16 at M > 1 (float32 pairs stay live; unroll 2 spilled on the H200)"
     elif config.mma:
