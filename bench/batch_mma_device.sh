@@ -33,16 +33,21 @@ bench m16 --m 16 $lm --formats 32 --dtypes float16 --variants tensor_core --conf
 bench m2 --m 2,4 $lm --formats 32 --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u4b4m,c4l4u2b4m
 bench bf16m8 --m 8 $lm --formats 32 --dtypes bfloat16 --variants tensor_core --no-tinygemm --configs c2l4u4b4m,c4l4u2b4m
 bench zpm8 --m 8 $lm --formats 16+zp --dtypes float16 --variants tensor_core --no-tinygemm --configs c2l4u2b4m,c4l4u1b4m
-else        # call 3: the chooser (environment unset) against the tensor-core kernel, every M and format
+elif [ "${CALL:-4}" = 3 ]; then   # call 3 (701d1c7): the chooser (environment unset) against the tensor-core kernel, every M and format
 bench m24 --m 2,4 $lm --formats 32 --dtypes float16 --variants env,tensor_core
 bench m816 --m 8,16 $lm --formats 32 --dtypes float16 --variants env,tensor_core
 bench bf16 --m 8,16 $lm --formats 32 --dtypes bfloat16 --variants env,tensor_core --no-tinygemm
 bench m16probe --m 16 $lm --formats 32 --dtypes float16 --variants env --no-tinygemm --configs c4l4u2b3m,c4l4u1b3m
 bench fmt16a --m 16 $lm --formats 16,16+zp,32+zp,64 --dtypes float16 --variants env --no-tinygemm
 bench fmt16b --m 16 $lm --formats 64+zp,128,128+zp --dtypes float16 --variants env --no-tinygemm
+else        # call 4: three blocks per SM past 8 rows; bf16 against fp16 in one process at every M
+bench m16 --m 16 $lm --formats 32 --dtypes float16,bfloat16 --variants env,tensor_core
+bench m8 --m 8 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm
+bench m24 --m 2,4 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm
+bench fmt16 --m 16 $lm --formats 16,16+zp,64 --dtypes float16 --variants env --no-tinygemm
 fi
 wait
-for f in "$out"/targets-*.log; do echo "== $f"; grep -h "^floor\|^tensor_core\|^default\|^tinygemm\|^probe\|Error\|error:" "$f" | head -20; done
+for f in "$out"/targets-*.log; do echo "== $f"; grep -h "^floor\|^env\|^tensor_core\|^default\|^tinygemm\|^probe\|Error\|error:" "$f" | head -20; done
 
 if [ "${TESTS:-1}" = 1 ]; then
 timeout "${TESTS_S:-200}" python3 -m pytest -v -p no:cacheprovider -n "${TEST_WORKERS:-12}" --tb=short \

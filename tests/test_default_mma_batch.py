@@ -101,14 +101,14 @@ def _plan(M, N, zp=False, tuning=None, dtype="float16", sms=132):
                      device_name="G", table={}, multiprocessors=sms)
 
 
-@pytest.mark.parametrize("M, zp, tiling", [(2, False, (2, 4)), (4, False, (2, 4)),
-                                           (5, False, (4, 2)), (8, False, (4, 2)),
-                                           (9, False, (4, 1)), (16, False, (4, 1)),
-                                           (8, True, (2, 2)), (16, True, (4, 1))])
+@pytest.mark.parametrize("M, zp, tiling", [(2, False, (2, 4, 4)), (4, False, (2, 4, 4)),
+                                           (5, False, (4, 2, 4)), (8, False, (4, 2, 4)),
+                                           (9, False, (4, 1, 3)), (16, False, (4, 1, 3)),
+                                           (8, True, (2, 2, 4)), (16, True, (4, 1, 3))])
 def test_wide_n_at_m_above_one_takes_the_default_tilings_mma_fold(M, zp, tiling):
     p = _plan(M, 151936, zp)
     assert p.kernel == "default" and p.config.mma and p.config.M == M
-    assert (p.config.cols, p.config.unroll, p.config.lanes) == tiling + (4,)
+    assert (p.config.cols, p.config.unroll, p.config.blocks_per_sm, p.config.lanes) == tiling + (4,)
     assert "tensor-core fold" in p.reason and "151936" in p.reason
     assert "tensor-core fold" in dict((n, s) for n, _, s in p.sources)["cols"]
 

@@ -106,8 +106,8 @@ MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
 #: The columns per lane the M > 1 mma fold takes (:mod:`.default_mma_batch`): 2 (one A tile of
 #: 16 columns per warp) or 4 (two tiles sharing each activation fragment).
 MMA_BATCH_COLS = (2, 4)
-#: Groups of 16 columns each warp of the full persistent grid (:data:`MMA_WARPS` x
-#: :data:`MMA_BLOCKS` x SMs) must have for :func:`choose_config` to take the M > 1 mma fold: its
+#: Groups of 16 columns each warp of a full persistent grid of :data:`MMA_WARPS` x
+#: :data:`MMA_BLOCKS` x SMs warps must have for :func:`choose_config` to take the M > 1 mma fold: its
 #: grid has no split K, so a narrow N would leave most warps idle (gate/up, 6144 columns: 0.18
 #: group per warp), where the tensor-core kernel splits K. lm_head (151936 columns: 4.5 per warp)
 #: measured on an H100 (session 18, fp16 bs 32, against the tensor-core kernel in one process):
@@ -158,16 +158,17 @@ def mma_batch_pays(M, N, multiprocessors) -> bool:
 
 
 def mma_batch_tiling(M, zero_points) -> tuple:
-    """``(cols, unroll)`` of the M > 1 mma fold (H100, session 18, lm_head fp16 bs 32): 2 x 4
-    up to 4 rows (68.1 / 73.7 us at M = 2 against 4 x 2), 4 x 2 up to 8 (73.2 / 76.5 at M = 8:
-    one activation fragment feeds 32 columns), 4 x 1 with two row tiles (100.2 against 2 x 2's
-    115.8; 4 x 2 and 2 x 4 spill there); zero points 2 x 2 up to 8 rows (bs 16 + zp: 97.6
-    against 4 x 1's 111.0; ptxas spills 56 B at 2 x 4)."""
+    """``(cols, unroll, blocks_per_sm)`` of the M > 1 mma fold (H100, session 18, lm_head fp16
+    bs 32): 2 x 4 up to 4 rows (68.1 / 73.7 us at M = 2 against 4 x 2), 4 x 2 up to 8 (73.2 /
+    76.5 at M = 8: one activation fragment feeds 32 columns), 4 x 1 at 3 blocks per SM (168
+    registers) with two row tiles (93.1 against 100.4 at 4 blocks, whose 128 registers spill 8 B;
+    4 x 2 and 2 x 4 spill 192 B); zero points 2 x 2 up to 8 rows (bs 16 + zp: 97.6 against 4 x
+    1's 111.0; ptxas spills 56 B at 2 x 4). :data:`MMA_BLOCKS` blocks per SM up to 8 rows."""
     if M > 8:
-        return 4, 1
+        return 4, 1, 3
     if zero_points:
-        return 2, 2
-    return (2, 4) if M <= 4 else (4, 2)
+        return 2, 2, MMA_BLOCKS
+    return (2, 4, MMA_BLOCKS) if M <= 4 else (4, 2, MMA_BLOCKS)
 
 
 def warps_per_sm_target(M) -> int:
@@ -193,18 +194,18 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     (4 lanes and 2 columns per lane, :data:`MMA_WARPS` warps, :data:`MMA_BLOCKS` blocks per SM);
     M >= 2 where :func:`mma_batch_pays` (``cols`` not given, or one of :data:`MMA_BATCH_COLS`):
     the M > 1 tensor-core fold, 4 lanes per column and :func:`mma_batch_tiling`'s columns and
-    unroll."""
+    unroll and blocks per SM."""
     row_bytes = -(-K // block_size) * block_size // 2
     weight_vector = bool(weight_aligned16) and row_bytes % 16 == 0
     if cols in (None,) + MMA_BATCH_COLS and mma_batch_pays(M, N, multiprocessors):
-        chosen, unroll = mma_batch_tiling(M, zero_points)
+        chosen, unroll, blocks = mma_batch_tiling(M, zero_points)
         cols = chosen if cols is None else cols
         per_lane = -(-K // 32 // MMA_LANES)
         while unroll > 1 and unroll > per_lane:
             unroll //= 2
         return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),
                              zero_points=bool(zero_points), cols=cols, lanes=MMA_LANES,
-                             unroll=unroll, warps=MMA_WARPS, blocks_per_sm=MMA_BLOCKS,
+                             unroll=unroll, warps=MMA_WARPS, blocks_per_sm=blocks,
                              act_vector=bool(act_aligned16), weight_vector=weight_vector,
                              pdl=bool(pdl), mma=True)
     if cols is None and mma_pays(M, N, K, multiprocessors):
