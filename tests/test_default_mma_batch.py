@@ -135,3 +135,16 @@ def test_short_k_lowers_the_unroll_to_the_chunks_a_lane_has():
     # K = 128: one chunk per lane (4 lanes x 32 elements)
     assert choose_config(2, 151936, 128, 32, "float16", False).unroll == 1
     assert choose_config(2, 151936, 256, 32, "float16", False).unroll == 2
+
+
+@pytest.mark.parametrize("M, zp, dtype", [(2, False, "float16"), (8, False, "bfloat16"),
+                                          (8, True, "float16"), (16, False, "float16"),
+                                          (16, True, "bfloat16")])
+def test_the_chosen_configurations_run(rng, M, zp, dtype):
+    # What the chooser gives the GPU (each tiling and block count of mma_batch_tiling), on one SM
+    # so that N = 520 (33 groups of 16 columns) is wide enough; K = 72 ends in a one-word chunk.
+    config = choose_config(M, 520, 72, 32, dtype, zp, multiprocessors=1)
+    assert config.mma and config.M == M
+    a, w, bias = make(rng, 520, 72, 32, zp, M, dtype)
+    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
+    check(y, a, w, bias, dtype)
