@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from bench import targets
-from bench.target_table import GOALS, check_targets, format_markdown, format_targets
+from bench.target_table import GOALS, check_batch_targets, check_targets, format_markdown, format_targets
 from int4gemv.device import simulated
 
 SIMULATED = simulated()
@@ -100,7 +100,41 @@ def test_the_target_table_judges_each_row():
 
 def test_the_markdown_table_is_generated_from_the_rows():
     md = format_markdown(timed_doc())
-    assert "| lm_head | 32 | no | 40.00 | 44.00 (91%) | 44.00 (91%) | 44.00 (91%) | 46.00 (87%) |" in md
+    assert "| lm_head | 32 | no | 1 | 40.00 | 44.00 (91%) | 44.00 (91%) | 44.00 (91%) | 46.00 (87%) |" in md
+
+
+def batch_doc():
+    def row(variant, shape, us, floor, M, dtype="float16", bs=32, zp=False, tg=None):
+        return dict(kind="int4gemv", variant=variant, shape=shape, N=1, K=1, M=M, bs=bs, zp=zp,
+                    dtype=dtype, us=us, floor_us=floor, pct_floor=100 * floor / us, tinygemm_us=tg,
+                    error=1e-4)
+    return {"timed": True, "copy_bandwidth_gbs": 3000.0, "device": {"name": "GPU"},
+            "git": {"commit": "abc"}, "command": "python -m bench.targets", "rows": [
+                dict(kind="floor", variant="stream", shape="lm_head", N=1, K=1, M=None, bs=32, zp=False,
+                     dtype=None, us=60.0, floor_us=60.0, pct_floor=100.0, tinygemm_us=None, error=None),
+                dict(kind="peer", variant="tinygemm", shape="lm_head", N=1, K=1, M=16, bs=32, zp=False,
+                     dtype="bfloat16", us=340.0, floor_us=None, pct_floor=None, tinygemm_us=None, error=None),
+                row("env", "lm_head", 90.0, 60.0, 16, tg=340.0),              # 1.5x floor: holds
+                row("env", "lm_head", 95.0, 60.0, 16, dtype="bfloat16"),      # 1.056x fp16: misses
+                row("env", "lm_head", 79.0, 60.0, 8, tg=150.0),               # 1.32x: misses; 1.9x tinygemm
+                row("env", "k/v", 3.1, 1.5, 16, tg=3.0),                      # 2.07x floor; slower than tinygemm
+                row("env", "lm_head", 115.0, 70.0, 16, bs=16, zp=True),       # 1.095x bs 32's ratio
+                row("tensor_core", "lm_head", 120.0, 60.0, 16)]}              # not env: judges nothing
+
+
+def test_the_batch_targets_judge_the_environment_unset_rows():
+    checks = {(t, r): ok for t, r, _, _, ok in check_batch_targets(batch_doc())}
+    assert checks[("M=16 x floor", "lm_head bs32 float16 M=16")]
+    assert not checks[("bf16 / fp16 env (M>=2)", "lm_head bs32 M=16")]
+    assert not checks[("M=8 x floor", "lm_head bs32 float16 M=8")]
+    assert not checks[("tinygemm / env (M>=2)", "lm_head bs32 float16 M=8")]     # 1.9 < 2
+    assert checks[("tinygemm / env (M>=2)", "lm_head bs32 float16 M=16")]
+    assert not checks[("M=16 x floor", "k/v bs32 float16 M=16")]                # 2.07 > 2
+    assert not checks[("tinygemm / env (M>=2)", "k/v bs32 float16 M=16")]
+    assert checks[("format / bs32 at M=16", "bs16+zp float16")]
+    assert not checks[("M=16 x floor", "lm_head bs32 bfloat16 M=16")] and len(checks) == 10
+    md = format_markdown(batch_doc())
+    assert "| lm_head | 32 | no | 16 | 60.00 | 90.00 (67%) | 95.00 (63%) | 120.00 (50%) | 340.00 |" in md
 
 
 def test_probe_configs_parse_or_are_refused():
