@@ -40,11 +40,15 @@ bench bf16 --m 8,16 $lm --formats 32 --dtypes bfloat16 --variants env,tensor_cor
 bench m16probe --m 16 $lm --formats 32 --dtypes float16 --variants env --no-tinygemm --configs c4l4u2b3m,c4l4u1b3m
 bench fmt16a --m 16 $lm --formats 16,16+zp,32+zp,64 --dtypes float16 --variants env --no-tinygemm
 bench fmt16b --m 16 $lm --formats 64+zp,128,128+zp --dtypes float16 --variants env --no-tinygemm
-else        # call 4: three blocks per SM past 8 rows; bf16 against fp16 in one process at every M
+elif [ "${CALL:-5}" = 4 ]; then   # call 4 (5db0a4b): three blocks per SM past 8 rows; bf16 against fp16 in one process at every M
 bench m16 --m 16 $lm --formats 32 --dtypes float16,bfloat16 --variants env,tensor_core
 bench m8 --m 8 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm
 bench m24 --m 2,4 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm
 bench fmt16 --m 16 $lm --formats 16,16+zp,64 --dtypes float16 --variants env --no-tinygemm
+else        # call 5 (prepared in session 18, not run): the chunks written out (no local memory at M = 16)
+bench m16 --m 16 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm --configs c4l4u2b3m
+bench m8 --m 8 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm --configs c4l4u4b3m
+bench zp8 --m 8 $lm --formats 16+zp --dtypes float16 --variants env --no-tinygemm --configs c4l4u2b3m
 fi
 wait
 for f in "$out"/targets-*.log; do echo "== $f"; grep -h "^floor\|^env\|^tensor_core\|^default\|^tinygemm\|^probe\|Error\|error:" "$f" | head -20; done

@@ -89,34 +89,46 @@ def batch_mma_fold(config, load_act):
     pair = scaled_pair_f16 if F16 else scaled_pair_bf16
 
     @cuda.jit(device=True, inline=True)
-    def fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, full):
+    def fold_chunk(act, j0, u, nwords, K, raw, sv, zv, acc, full, xs):
+        """Chunk ``u`` (a constant) of the step."""
         g = (cuda.threadIdx.x % 32) // L
+        j_raw = j0 + u * L
+        for w in range(4):
+            for mt in range(MT):
+                row = 8 * mt + g
+                x = load_act(act, row * K + 32 * j_raw + 8 * w,
+                             (FULL_ROWS or row < M) and (full or 4 * j_raw + w < nwords))
+                for e in range(4):
+                    xs[mt, e] = x[e]
+            h = w // 2 if TWO_GROUPS else 0
+            for k in range(T):
+                c0, c1 = 2 * k, 2 * k + 1
+                w0, w1 = raw[c0, u, w], raw[c1, u, w]
+                w0s, w1s = w0 >> _FOUR, w1 >> _FOUR
+                for jj in range(2):
+                    a0 = pair(w0, w0s, 2 * jj, zv[c0, u, h], sv[c0, u, h])
+                    a2 = pair(w0, w0s, 2 * jj + 1, zv[c0, u, h], sv[c0, u, h])
+                    a1 = pair(w1, w1s, 2 * jj, zv[c1, u, h], sv[c1, u, h])
+                    a3 = pair(w1, w1s, 2 * jj + 1, zv[c1, u, h], sv[c1, u, h])
+                    for mt in range(MT):
+                        i = mt * T + k
+                        d = mma(a0, a1, a2, a3, xs[mt, 2 * jj], xs[mt, 2 * jj + 1],
+                                acc[i, 0], acc[i, 1], acc[i, 2], acc[i, 3])
+                        for r in range(4):
+                            acc[i, r] = d[r]
+
+    @cuda.jit(device=True, inline=True)
+    def fold(act, j0, nwords, nchunks, K, raw, sv, zv, acc, full):
+        # The chunks are written out, not looped over: at two row tiles LLVM left a
+        # ``for u in range(U)`` loop rolled, and ``raw``/``sv``/``zv`` indexed by ``u`` went to
+        # local memory (192 B on the H100 for 4 x 2 and 2 x 4 at M = 16; bench/NOTES.md).
         xs = cuda.local.array((MT, 4), np.uint32)
-        for u in range(U):
-            j_raw = j0 + u * L
-            for w in range(4):
-                for mt in range(MT):
-                    row = 8 * mt + g
-                    x = load_act(act, row * K + 32 * j_raw + 8 * w,
-                                 (FULL_ROWS or row < M) and (full or 4 * j_raw + w < nwords))
-                    for e in range(4):
-                        xs[mt, e] = x[e]
-                h = w // 2 if TWO_GROUPS else 0
-                for k in range(T):
-                    c0, c1 = 2 * k, 2 * k + 1
-                    w0, w1 = raw[c0, u, w], raw[c1, u, w]
-                    w0s, w1s = w0 >> _FOUR, w1 >> _FOUR
-                    for jj in range(2):
-                        a0 = pair(w0, w0s, 2 * jj, zv[c0, u, h], sv[c0, u, h])
-                        a2 = pair(w0, w0s, 2 * jj + 1, zv[c0, u, h], sv[c0, u, h])
-                        a1 = pair(w1, w1s, 2 * jj, zv[c1, u, h], sv[c1, u, h])
-                        a3 = pair(w1, w1s, 2 * jj + 1, zv[c1, u, h], sv[c1, u, h])
-                        for mt in range(MT):
-                            i = mt * T + k
-                            d = mma(a0, a1, a2, a3, xs[mt, 2 * jj], xs[mt, 2 * jj + 1],
-                                    acc[i, 0], acc[i, 1], acc[i, 2], acc[i, 3])
-                            for r in range(4):
-                                acc[i, r] = d[r]
+        fold_chunk(act, j0, 0, nwords, K, raw, sv, zv, acc, full, xs)
+        if U > 1:
+            fold_chunk(act, j0, 1, nwords, K, raw, sv, zv, acc, full, xs)
+        if U > 2:
+            fold_chunk(act, j0, 2, nwords, K, raw, sv, zv, acc, full, xs)
+            fold_chunk(act, j0, 3, nwords, K, raw, sv, zv, acc, full, xs)
 
     return fold
 
