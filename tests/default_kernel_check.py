@@ -19,10 +19,10 @@ from numba import cuda
 
 import int4gemv as ig
 from int4gemv.device import simulated
-from int4gemv.kernels.default import choose_config, default_kernel, geometry
+from int4gemv.kernels.default import DefaultConfig, choose_config, default_kernel, geometry
 
 __all__ = ["BF16", "SIMULATED", "DTYPES", "TOL", "NORM_TOL", "make", "bits", "run", "reference",
-           "check"]
+           "check", "mma_config"]
 
 BF16 = ml_dtypes.bfloat16
 SIMULATED = simulated()
@@ -93,3 +93,12 @@ def check(y, a, w, bias, dtype):
     normwise = np.linalg.norm(y - ref) / np.linalg.norm(ref)
     assert termwise <= TOL[dtype], f"term-wise error {termwise:.2e}"
     assert normwise <= NORM_TOL[dtype], f"norm-wise error {normwise:.2e}"
+
+
+def mma_config(dtype, M, K, bs, zp, *, cols=2, unroll=1, warps=1, **fields):
+    """The mma fold's tiling (4 lanes per column) on ``warps`` warps of one block per SM, with
+    16-byte weight loads where the packed rows allow them; ``fields``: more DefaultConfig
+    fields (``pipeline``, ``pdl``)."""
+    rows16 = -(-K // bs) * bs // 2 % 16 == 0
+    return DefaultConfig(dtype, M, bs, zp, cols=cols, lanes=4, unroll=unroll, warps=warps,
+                         blocks_per_sm=1, mma=True, weight_vector=rows16, **fields)

@@ -10,7 +10,7 @@ columns-per-warp, several lanes per column (short K), several chunks per lane an
 
 import numpy as np
 import pytest
-from default_kernel_check import BF16, DTYPES, SIMULATED, TOL, check, make, reference, run
+from default_kernel_check import BF16, DTYPES, SIMULATED, TOL, check, make, mma_config, reference, run
 
 import int4gemv as ig
 from int4gemv.device import simulated
@@ -285,9 +285,7 @@ def test_bf16_m1_stage_layout_reads_each_group_as_one_conflict_free_lds128():
 def _mma(dtype, K, bs, zp, unroll=1, pipeline=False, pdl=False):
     """The mma fold's tiling on one warp: with N = 69 it walks 5 groups of 16 columns (the last
     one partial), enough for the stage (``MMA_STAGE_MIN_GROUPS``)."""
-    rows16 = -(-K // bs) * bs // 2 % 16 == 0
-    return DefaultConfig(dtype, 1, bs, zp, cols=2, lanes=4, unroll=unroll, warps=1, blocks_per_sm=1,
-                         mma=True, pipeline=pipeline, pdl=pdl, weight_vector=rows16)
+    return mma_config(dtype, 1, K, bs, zp, unroll=unroll, pipeline=pipeline, pdl=pdl)
 
 
 def test_lm_head_takes_the_mma_fold_where_each_warp_has_groups_to_fold(monkeypatch):

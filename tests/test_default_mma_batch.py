@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import int4gemv as ig
-from default_kernel_check import DTYPES, TOL, check, make, reference, run
+from default_kernel_check import DTYPES, TOL, check, make, mma_config, reference, run
 from int4gemv.descriptor import Problem
 from int4gemv.dispatch import plan_gemv
 from int4gemv.kernels.default import DefaultConfig, choose_config
@@ -17,9 +17,7 @@ from int4gemv.tuning import resolve_tuning
 def _config(dtype, M, K, bs, zp, unroll=1, warps=1, pdl=False, cols=2):
     """The mma tiling (4 lanes, ``cols`` columns per lane) at M rows; with N = 69 one warp walks
     5 groups of 16 columns (cols 2) or 3 of 32 (cols 4), the last one partial."""
-    rows16 = -(-K // bs) * bs // 2 % 16 == 0
-    return DefaultConfig(dtype, M, bs, zp, cols=cols, lanes=4, unroll=unroll, warps=warps,
-                         blocks_per_sm=1, mma=True, pdl=pdl, weight_vector=rows16)
+    return mma_config(dtype, M, K, bs, zp, cols=cols, unroll=unroll, warps=warps, pdl=pdl)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
