@@ -49,6 +49,10 @@ else        # call 5 (prepared in session 18, not run): the chunks written out (
 bench m16 --m 16 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm --configs c4l4u2b3m
 bench m8 --m 8 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm --configs c4l4u4b3m
 bench zp8 --m 8 $lm --formats 16+zp --dtypes float16 --variants env --no-tinygemm --configs c4l4u2b3m
+bench small8 --m 8 --shapes gate/up,down --config-shapes gate/up,down --dtypes float16 --variants env \
+    --configs c2l4u4b4w4mk4,c2l4u2b2w8mk4
+bench small16 --m 16 --shapes gate/up,down --config-shapes gate/up,down --dtypes float16 --variants env \
+    --configs c4l4u1b3w4mk4
 fi
 wait
 for f in "$out"/targets-*.log; do echo "== $f"; grep -h "^floor\|^env\|^tensor_core\|^default\|^tinygemm\|^probe\|Error\|error:" "$f" | head -20; done

@@ -232,12 +232,14 @@ CASES = {
 }
 
 
-def _case(dtype, bs, zp, M, cols, unroll, blocks, mma=True) -> tuple:
+def _case(dtype, bs, zp, M, cols, unroll, blocks, mma=True, warps=4, ksplit=1) -> tuple:
     """A :data:`CASES` entry of the default tiling: ``(name, (kind, args))``."""
     lanes = 4 if mma else 32
     name = (f"default {'fp16' if dtype == 'float16' else 'bf16'} bs{bs}{' zp' if zp else ''}"
-            + (f" mma M{M}" if mma else "") + f" c{cols}l{lanes}u{unroll}b{blocks}")
-    over = dict(M=M, mma=mma, cols=cols, lanes=lanes, unroll=unroll, blocks_per_sm=blocks)
+            + (f" mma M{M}" if mma else "") + f" c{cols}l{lanes}u{unroll}b{blocks}"
+            + (f"w{warps}k{ksplit}" if ksplit > 1 else ""))
+    over = dict(M=M, mma=mma, cols=cols, lanes=lanes, unroll=unroll, blocks_per_sm=blocks,
+                warps=warps, ksplit=ksplit)
     return name, ("default", (dtype, bs, zp, over))
 
 
@@ -262,7 +264,10 @@ CASES.update(_case(*c) for c in [
     ("float16", 32, False, 16, 4, 1, 3), ("bfloat16", 32, False, 16, 4, 1, 3),
     ("bfloat16", 32, False, 16, 4, 2, 3), ("float16", 16, True, 16, 4, 1, 4),
     ("float16", 16, True, 16, 4, 1, 3), ("bfloat16", 16, True, 16, 4, 1, 3),
-    ("float16", 16, True, 16, 4, 2, 3)])
+    ("float16", 16, True, 16, 4, 2, 3),
+    # the K split (narrow N: gate/up, down)
+    ("float16", 32, False, 8, 2, 4, 4, True, 4, 4), ("float16", 32, False, 8, 2, 2, 2, True, 8, 4),
+    ("float16", 32, False, 16, 4, 1, 3, True, 4, 4), ("bfloat16", 32, False, 8, 2, 4, 4, True, 4, 4)])
 
 
 def _compile(kind, args):

@@ -2,6 +2,8 @@
 float64: every format and dtype, every M, every K tail, several steps and column groups per warp,
 outputs poisoned and every element checked (:mod:`default_kernel_check`)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -146,3 +148,37 @@ def test_the_chosen_configurations_run(rng, M, zp, dtype):
     a, w, bias = make(rng, 520, 72, 32, zp, M, dtype)
     y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
     check(y, a, w, bias, dtype)
+
+
+# -- the K split: warps of a block share a column group ------------------------------------------
+
+@pytest.mark.parametrize("ksplit, warps, M, dtype, bs, zp, cols", [
+    (2, 4, 5, "float16", 16, True, 2), (4, 4, 9, "bfloat16", 32, False, 2),
+    (2, 2, 16, "float16", 64, True, 4), (8, 8, 3, "float16", 128, False, 2),
+    (4, 8, 8, "bfloat16", 16, True, 4)])
+def test_k_split_sums_the_warps_of_a_group(rng, ksplit, warps, M, dtype, bs, zp, cols):
+    # K = 520: 17 chunks over 8-32 stripes (most stripes hold one chunk, some none, the last is a
+    # single word); N = 69: 5 (or 3) groups over warps / ksplit slots of one block, so the last
+    # round has idle slots that still reach both barriers.
+    K = 520
+    a, w, bias = make(rng, 69, K, bs, zp, M, dtype)
+    config = replace(_config(dtype, M, K, bs, zp, unroll=2, warps=warps, cols=cols), ksplit=ksplit)
+    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
+    check(y, a, w, bias, dtype)
+
+
+def test_k_split_short_k_and_pdl(rng):
+    # K = 40: one chunk and a word, so three of the four warps' stripes are empty; a PDL build.
+    a, w, bias = make(rng, 40, 40, 32, False, 4, "float16")
+    config = replace(_config("float16", 4, 40, 32, False, warps=4, pdl=True), ksplit=4)
+    y, _ = run(a, w, bias, "float16", config=config, multiprocessors=1)
+    check(y, a, w, bias, "float16")
+
+
+def test_k_split_is_refused_where_it_has_no_meaning():
+    for bad in (dict(M=1), dict(mma=False, cols=2, lanes=4), dict(warps=2, ksplit=4), dict(ksplit=3)):
+        fields = {"M": 4, "cols": 2, "lanes": 4, "mma": True, "warps": 4, "ksplit": 4, **bad}
+        M = fields.pop("M")
+        with pytest.raises(ValueError, match="ksplit"):
+            DefaultConfig("float16", M, 32, False, **fields)
+    assert DefaultConfig("float16", 4, 32, False, cols=2, lanes=4, mma=True, ksplit=4).groups_per_block == 1

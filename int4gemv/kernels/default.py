@@ -58,7 +58,8 @@ from .default_config import (COLS, DTYPES, LANES, MAX_M, STAGE_MAX_K, UNROLLS, D
                              choice_reasons, choose_config, geometry, stage_min_groups)
 from .default_m1 import STAGE_SIZE, scalar_fold, stage_activations
 from .default_mma import mma_fold
-from .default_mma_batch import batch_mma_constants, batch_mma_finish, batch_mma_fold, row_tiles
+from .default_mma_batch import (batch_mma_constants, batch_mma_finish, batch_mma_fold,
+                                reduction_shape, ksplit_finish, row_tiles)
 from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
 from .vector_loads import load8, load16, load16_stream
@@ -83,6 +84,10 @@ def default_kernel(config: DefaultConfig):
     BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
     ACT_VEC, W_VEC, PDL = config.act_vector, config.weight_vector, config.pdl
     PIPELINE = config.pipeline
+    KS = config.ksplit                   # warps sharing a column group (M > 1 mma only)
+    STRIPES = L * KS                     # chunk stripes of a column group
+    GPB = config.groups_per_block
+    RED = reduction_shape(config)        # the K split's shared sums (1, 1, 1 without it)
     P = 32 // L
     LOG_L = L.bit_length() - 1
     GROUP_COLS = P * C
@@ -136,7 +141,7 @@ def default_kernel(config: DefaultConfig):
         for c in range(C):
             n = min(col0 + c * P, N - 1)
             for u in range(U):
-                j = j0 + u * L if full else min(j0 + u * L, nchunks - 1)
+                j = j0 + u * STRIPES if full else min(j0 + u * STRIPES, nchunks - 1)
                 x = load_nibbles(packed, n * row_bytes + 16 * j, full or 4 * j + 2 < nwords)
                 for i in range(4):
                     raw[c, u, i] = x[i]
@@ -185,6 +190,7 @@ def default_kernel(config: DefaultConfig):
                 acc[m, c] = float32(0.0)
 
     finish = batch_mma_finish(config) if BATCH_MMA else finish_lanes
+    finish_k = ksplit_finish(config)
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
     H = 2 if TWO_GROUPS else 1
 
@@ -192,8 +198,8 @@ def default_kernel(config: DefaultConfig):
     def issue_step(packed, scales, zero_points, g, st, s, p, N, nwords, nchunks, nb, nzb,
                    row_bytes, raw, sv, zv):
         """``issue`` for step ``st`` of column group ``g`` (the full-step form when it can)."""
-        col0, j0 = g * GROUP_COLS + p, s + st * L * U
-        if 4 * (st + 1) * L * U <= nwords:     # warp-uniform: no chunk of the step is past K
+        col0, j0 = g * GROUP_COLS + p, s + st * STRIPES * U
+        if 4 * (st + 1) * STRIPES * U <= nwords:     # warp-uniform: no chunk of the step is past K
             issue(packed, scales, zero_points, col0, j0, N, nwords, nchunks, nb, nzb, row_bytes,
                   raw, sv, zv, True)
         else:
@@ -204,8 +210,8 @@ def default_kernel(config: DefaultConfig):
     def fold_step(act, stage, st, s, nwords, nchunks, K, raw, sv, zv, acc, staged):
         """``fold`` (``fold_m1`` at M = 1, on the staged row where ``staged``) of step ``st``
         (the full-step form when it can)."""
-        j0 = s + st * L * U
-        full = 4 * (st + 1) * L * U <= nwords
+        j0 = s + st * STRIPES * U
+        full = 4 * (st + 1) * STRIPES * U <= nwords
         if SCALAR and full:
             fold_m1(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, True, staged)
         elif SCALAR:
@@ -274,7 +280,7 @@ def default_kernel(config: DefaultConfig):
         nb = (K + BS - 1) // BS              # quantization groups per column
         nzb = (nb + 1) // 2
         row_bytes = nb * (BS // 2)
-        steps = (nchunks + L * U - 1) // (L * U)
+        steps = (nchunks + STRIPES * U - 1) // (STRIPES * U)
         groups = (N + GROUP_COLS - 1) // GROUP_COLS
         g = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
         stride = cuda.gridDim.x * WARPS
@@ -283,11 +289,35 @@ def default_kernel(config: DefaultConfig):
         zv = cuda.local.array((C, U, H), np.uint32)
         acc = cuda.local.array(ACC, float32)
         stage = cuda.shared.array(STAGE, np.uint32, alignment=STAGE_ALIGN)
+        red = cuda.shared.array(RED, float32)
         for m in range(ACC[0]):
             for c in range(ACC[1]):
                 acc[m, c] = float32(0.0)
         if PDL:
             allow_next_grid()
+        if KS > 1:
+            # M > 1 mma with the K split: warp kp = warp % KS of a group takes stripes kp * L + s;
+            # block-uniform rounds of GPB groups, each ended by the block's reduction
+            warp = cuda.threadIdx.x // 32
+            sk = (warp % KS) * L + s
+            r = cuda.blockIdx.x
+            waited = not PDL
+            while r < (groups + GPB - 1) // GPB:
+                g = r * GPB + warp // KS
+                if g < groups:
+                    for st in range(steps):
+                        issue_step(packed, scales, zero_points, g, st, sk, p, N, nwords, nchunks,
+                                   nb, nzb, row_bytes, raw, sv, zv)
+                        if not waited:
+                            wait_for_previous_grid()
+                            waited = True
+                        fold_step(act, stage, st, sk, nwords, nchunks, K, raw, sv, zv, acc, False)
+                finish_k(acc, red, warp, lane, g < groups, g * GROUP_COLS + p, N, bias, has_bias,
+                         out)
+                r += cuda.gridDim.x
+            if not waited:  # a warp with no column group still orders itself after the grid
+                wait_for_previous_grid()
+            return
         if not (STAGED or PIPELINE):
             # Nothing to stage: each step's loads, then its fold; the first weights are in
             # flight while the previous grid ends

@@ -40,7 +40,10 @@ class DefaultConfig:
     step is folded, across column groups, so a warp always has a step of loads in flight;
     mma: (lanes 4, cols 2; M > 1: cols 2 or 4) the products on tensor cores: at M = 1 with the
     group sums (:mod:`.default_mma`), at M = 2..16 with the activation rows as B
-    (:mod:`.default_mma_batch`).
+    (:mod:`.default_mma_batch`);
+    ksplit: (M > 1 mma only) warps of a block that share one column group, each taking every
+    ``ksplit``-th stripe of its chunks; their D fragments are summed through shared memory in
+    warp order (:func:`.default_mma_batch.ksplit_finish`). 1: a warp per column group.
     """
 
     dtype: str
@@ -57,6 +60,7 @@ class DefaultConfig:
     pdl: bool = False
     pipeline: bool = False
     mma: bool = False
+    ksplit: int = 1
 
     def __post_init__(self):
         def check(name, ok, accepted):
@@ -64,7 +68,7 @@ class DefaultConfig:
                 raise ValueError(f"DefaultConfig.{name} must be {accepted}; "
                                  f"got {getattr(self, name)!r}")
         check("dtype", self.dtype in DTYPES, f"one of {DTYPES}")
-        for name in ("M", "block_size", "cols", "lanes", "unroll", "warps", "blocks_per_sm"):
+        for name in ("M", "block_size", "cols", "lanes", "unroll", "warps", "blocks_per_sm", "ksplit"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
@@ -85,10 +89,18 @@ class DefaultConfig:
         check("mma", not self.mma or mma_tiling,
               f"False unless lanes = {MMA_LANES} and cols = {MMA_COLS} (M > 1: one of "
               f"{MMA_BATCH_COLS})")
+        check("ksplit", self.ksplit in (1, 2, 4, 8) and self.warps % self.ksplit == 0
+              and (self.ksplit == 1 or (self.mma and self.M > 1)),
+              "1, 2, 4 or 8 dividing warps, and 1 unless mma with M > 1")
 
     @property
     def columns_per_warp(self) -> int:
         return 32 // self.lanes * self.cols
+
+    @property
+    def groups_per_block(self) -> int:
+        """Column groups a block folds at once (``warps / ksplit``)."""
+        return self.warps // self.ksplit
 
 
 def _unroll_spills(M, dtype, zero_points) -> bool:
@@ -306,6 +318,6 @@ def stages_row(config: DefaultConfig, N: int, K: int, multiprocessors: int) -> b
 def geometry(config: DefaultConfig, N: int, multiprocessors: int):
     """``(grid, block)``: a persistent grid of at most ``blocks_per_sm`` blocks per SM."""
     groups = -(-N // config.columns_per_warp)
-    blocks = -(-groups // config.warps)
+    blocks = -(-groups // config.groups_per_block)
     return (max(1, min(blocks, config.blocks_per_sm * multiprocessors)), 1, 1), \
         (32 * config.warps, 1, 1)

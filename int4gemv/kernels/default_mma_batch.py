@@ -42,7 +42,8 @@ from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, s
                         zero_point_offset_bf16, zero_point_offset_f16)
 from .intrinsics import pack_half2
 
-__all__ = ["batch_mma_fold", "batch_mma_finish", "batch_mma_constants", "row_tiles"]
+__all__ = ["batch_mma_fold", "batch_mma_finish", "batch_mma_constants", "row_tiles", "ksplit_finish",
+           "reduction_shape"]
 
 _FOUR = np.uint32(4)
 _PAIR = np.uint32(0x00010001)
@@ -83,6 +84,7 @@ def batch_mma_fold(config, load_act):
     the module docstring)."""
     F16, M, U = config.dtype == "float16", config.M, config.unroll
     MT, L, T = row_tiles(M), config.lanes, config.cols // 2
+    STRIPES = L * config.ksplit                # chunk stride of a lane's chunks
     FULL_ROWS = M == 8 * MT                   # every row of the tiles exists: no row predicate
     TWO_GROUPS = config.block_size == 16
     mma = mma_f16 if F16 else mma_bf16
@@ -92,7 +94,7 @@ def batch_mma_fold(config, load_act):
     def fold_chunk(act, j0, u, nwords, K, raw, sv, zv, acc, full, xs):
         """Chunk ``u`` (a constant) of the step."""
         g = (cuda.threadIdx.x % 32) // L
-        j_raw = j0 + u * L
+        j_raw = j0 + u * STRIPES
         for w in range(4):
             for mt in range(MT):
                 row = 8 * mt + g
@@ -160,6 +162,48 @@ def batch_mma_finish(config):
                                 out[np.uint64(m * N + n)] = y
                             else:
                                 out[np.uint64(m * N + n)] = bf16.to_bf16_bits(y)
+        for i in range(MT * T):
+            for r in range(4):
+                acc[i, r] = float32(0.0)
+
+    return finish
+
+
+def reduction_shape(config) -> tuple:
+    """The shared-memory shape :func:`ksplit_finish` needs: ``(warps, fragments, 32)`` with
+    ``ksplit > 1``, else ``(1, 1, 1)`` (no reduction)."""
+    if config.ksplit == 1:
+        return (1, 1, 1)
+    return (config.warps, row_tiles(config.M) * config.cols // 2 * 4, 32)
+
+
+def ksplit_finish(config):
+    """``finish(acc, red, warp, lane, active, col0, N, bias, has_bias, out)``: the column group
+    end of a block whose ``ksplit`` warps share one group (``config.ksplit > 1``). Every warp of
+    the block calls it together (it holds two block barriers); warps with ``active`` publish
+    their D fragments to ``red`` (:func:`reduction_shape`), and the group's first warp (``warp %
+    ksplit == 0``) adds the ``ksplit`` parts in warp order (the result does not depend on
+    timing) and stores them as :func:`batch_mma_finish` does; every warp then zeroes ``acc``.
+    ``col0``: the lane's first column (its column slot ``g`` included)."""
+    KS, T, MT = config.ksplit, config.cols // 2, row_tiles(config.M)
+    store = batch_mma_finish(config)
+
+    @cuda.jit(device=True, inline=True)
+    def finish(acc, red, warp, lane, active, col0, N, bias, has_bias, out):
+        if active:
+            for i in range(MT * T):
+                for r in range(4):
+                    red[warp, 4 * i + r, lane] = acc[i, r]
+        cuda.syncthreads()
+        if active and warp % KS == 0:
+            for i in range(MT * T):
+                for r in range(4):
+                    v = red[warp, 4 * i + r, lane]
+                    for q in range(1, KS):
+                        v += red[warp + q, 4 * i + r, lane]
+                    acc[i, r] = v
+            store(acc, col0, lane % 4, N, bias, has_bias, out, float32(1.0))
+        cuda.syncthreads()      # the next round's fragments overwrite red
         for i in range(MT * T):
             for r in range(4):
                 acc[i, r] = float32(0.0)
