@@ -18,6 +18,8 @@ lanes share a column and lane ``s`` of them takes the column's chunks ``s, s + l
       K:  | chunk 0 | chunk 1 | ... | chunk L-1 | chunk L | ... |
             lane s=0  lane s=1        lane s=L-1  lane s=0  (next u or step)
     grid: blocks_per_sm blocks per SM (launch bounds), warp w takes groups w, w + warps, ...
+    (``ksplit`` > 1, M > 1 on tensor cores: ``ksplit`` warps share a group, warp part kp taking
+    stripes kp * L + s of L * ksplit: :func:`.default_mma_batch.ksplit_walk`)
 
 A *step* is ``unroll`` chunks of each of the lane's ``cols`` columns: all its 16-byte weight loads
 (with their scales and zero points) are issued before any is used. Folding unpacks each loaded
@@ -56,11 +58,12 @@ from . import bf16
 from .default_batch import batch_fold
 from .default_config import (COLS, DTYPES, LANES, MAX_M, STAGE_MAX_K, UNROLLS, DefaultConfig,
                              choice_reasons, choose_config, geometry, stage_min_groups)
+from .default_finish import lanes_finish
 from .default_m1 import STAGE_SIZE, scalar_fold, stage_activations
 from .default_mma import mma_fold
 from .default_mma_batch import (batch_mma_constants, batch_mma_finish, batch_mma_fold,
-                                reduction_shape, ksplit_finish, row_tiles)
-from .intrinsics import SIMULATED, allow_next_grid, shfl_xor, wait_for_previous_grid
+                                ksplit_walk, reduction_shape, row_tiles)
+from .intrinsics import SIMULATED, allow_next_grid, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
 from .vector_loads import load8, load16, load16_stream
 
@@ -86,10 +89,8 @@ def default_kernel(config: DefaultConfig):
     PIPELINE = config.pipeline
     KS = config.ksplit                   # warps sharing a column group (M > 1 mma only)
     STRIPES = L * KS                     # chunk stripes of a column group
-    GPB = config.groups_per_block
     RED = reduction_shape(config)        # the K split's shared sums (1, 1, 1 without it)
     P = 32 // L
-    LOG_L = L.bit_length() - 1
     GROUP_COLS = P * C
     TWO_GROUPS = BS == 16                # a chunk holds two quantization groups
     CHUNKS_PER_GROUP = max(1, BS // 32)
@@ -164,33 +165,7 @@ def default_kernel(config: DefaultConfig):
     fold_m1 = mma_fold(config, load_act) if config.mma and SCALAR else scalar_fold(config, load_act)
     stage_fill = stage_activations(config, load_act)
 
-    @cuda.jit(device=True, inline=True)
-    def finish_lanes(acc, col0, s, N, bias, has_bias, out, unscale):
-        """Reduce each column over its lanes; the column's first lane writes M outputs (bf16 at
-        M = 1: the sums times ``unscale``, undoing the staged row's scale)."""
-        for m in range(M):
-            for c in range(C):
-                v = acc[m, c]
-                for r in range(LOG_L):
-                    v += shfl_xor(v, np.uint32(L >> (r + 1)))
-                acc[m, c] = v
-        if s == 0:
-            for c in range(C):
-                n = col0 + c * P
-                if n < N:
-                    b = to_float(bias[np.uint64(n)]) if has_bias else float32(0.0)
-                    for m in range(M):
-                        y = (acc[m, c] * unscale if RANGE_CHECK else acc[m, c]) + b
-                        if F16:
-                            out[np.uint64(m * N + n)] = y
-                        else:
-                            out[np.uint64(m * N + n)] = bf16.to_bf16_bits(y)
-        for m in range(M):
-            for c in range(C):
-                acc[m, c] = float32(0.0)
-
-    finish = batch_mma_finish(config) if BATCH_MMA else finish_lanes
-    finish_k = ksplit_finish(config)
+    finish = batch_mma_finish(config) if BATCH_MMA else lanes_finish(config, RANGE_CHECK)
     bounds = {} if SIMULATED else {"launch_bounds": (32 * WARPS, config.blocks_per_sm)}
     H = 2 if TWO_GROUPS else 1
 
@@ -269,6 +244,7 @@ def default_kernel(config: DefaultConfig):
                 finish(acc, gb * GROUP_COLS + p, s, N, bias, has_bias, out, unscale)
 
     walker = walk_pipelined if PIPELINE else walk
+    walk_k = ksplit_walk(config, issue_step, fold_step)
 
     @cuda.jit(**bounds)
     def kernel(act, packed, scales, zero_points, bias, has_bias, out, K, N):
@@ -295,28 +271,9 @@ def default_kernel(config: DefaultConfig):
                 acc[m, c] = float32(0.0)
         if PDL:
             allow_next_grid()
-        if KS > 1:
-            # M > 1 mma with the K split: warp kp = warp % KS of a group takes stripes kp * L + s;
-            # block-uniform rounds of GPB groups, each ended by the block's reduction
-            warp = cuda.threadIdx.x // 32
-            sk = (warp % KS) * L + s
-            r = cuda.blockIdx.x
-            waited = not PDL
-            while r < (groups + GPB - 1) // GPB:
-                g = r * GPB + warp // KS
-                if g < groups:
-                    for st in range(steps):
-                        issue_step(packed, scales, zero_points, g, st, sk, p, N, nwords, nchunks,
-                                   nb, nzb, row_bytes, raw, sv, zv)
-                        if not waited:
-                            wait_for_previous_grid()
-                            waited = True
-                        fold_step(act, stage, st, sk, nwords, nchunks, K, raw, sv, zv, acc, False)
-                finish_k(acc, red, warp, lane, g < groups, g * GROUP_COLS + p, N, bias, has_bias,
-                         out)
-                r += cuda.gridDim.x
-            if not waited:  # a warp with no column group still orders itself after the grid
-                wait_for_previous_grid()
+        if KS > 1:   # M > 1 mma with the K split (.default_mma_batch.ksplit_walk)
+            walk_k(act, packed, scales, zero_points, bias, has_bias, out, red, stage, raw, sv, zv,
+                   acc, lane, s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, steps, groups)
             return
         if not (STAGED or PIPELINE):
             # Nothing to stage: each step's loads, then its fold; the first weights are in

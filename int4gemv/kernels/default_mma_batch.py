@@ -40,10 +40,10 @@ from . import bf16
 from .mma import mma_bf16, mma_f16
 from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, scaled_pair_f16,
                         zero_point_offset_bf16, zero_point_offset_f16)
-from .intrinsics import pack_half2
+from .intrinsics import pack_half2, wait_for_previous_grid
 
 __all__ = ["batch_mma_fold", "batch_mma_finish", "batch_mma_constants", "row_tiles", "ksplit_finish",
-           "reduction_shape"]
+           "ksplit_walk", "reduction_shape"]
 
 _FOUR = np.uint32(4)
 _PAIR = np.uint32(0x00010001)
@@ -209,3 +209,41 @@ def ksplit_finish(config):
                 acc[i, r] = float32(0.0)
 
     return finish
+
+
+def ksplit_walk(config, issue_step, fold_step):
+    """The kernel body of a K-split configuration (``config.ksplit > 1``): ``walk(act, packed,
+    scales, zero_points, bias, has_bias, out, red, stage, raw, sv, zv, acc, lane, s, p, N, K,
+    nwords, nchunks, nb, nzb, row_bytes, steps, groups)``, with the default tiling's
+    ``issue_step``/``fold_step`` (:mod:`.default`, chunk stripes ``4 * ksplit``). Warp part ``kp
+    = warp % ksplit`` of a column group takes stripes ``kp * 4 + s``; the block walks
+    block-uniform rounds of ``warps / ksplit`` groups, each ended by :func:`ksplit_finish`
+    (every warp reaches its barriers, idle slots included). With ``pdl`` each warp waits for the
+    previous grid after its first step's loads are issued (a warp with no group: at the end)."""
+    KS, L, PDL = config.ksplit, config.lanes, config.pdl
+    GPB, GROUP_COLS = config.groups_per_block, config.columns_per_warp
+    finish = ksplit_finish(config)
+
+    @cuda.jit(device=True, inline=True)
+    def walk(act, packed, scales, zero_points, bias, has_bias, out, red, stage, raw, sv, zv, acc,
+             lane, s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, steps, groups):
+        warp = cuda.threadIdx.x // 32
+        sk = (warp % KS) * L + s
+        r = cuda.blockIdx.x
+        waited = not PDL
+        while r < (groups + GPB - 1) // GPB:
+            g = r * GPB + warp // KS
+            if g < groups:
+                for st in range(steps):
+                    issue_step(packed, scales, zero_points, g, st, sk, p, N, nwords, nchunks,
+                               nb, nzb, row_bytes, raw, sv, zv)
+                    if not waited:
+                        wait_for_previous_grid()
+                        waited = True
+                    fold_step(act, stage, st, sk, nwords, nchunks, K, raw, sv, zv, acc, False)
+            finish(acc, red, warp, lane, g < groups, g * GROUP_COLS + p, N, bias, has_bias, out)
+            r += cuda.gridDim.x
+        if not waited:  # a warp with no column group still orders itself after the grid
+            wait_for_previous_grid()
+
+    return walk
