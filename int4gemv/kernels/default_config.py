@@ -119,9 +119,10 @@ MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
 #: 16 columns per warp) or 4 (two tiles sharing each activation fragment).
 MMA_BATCH_COLS = (2, 4)
 #: Groups of 16 columns each warp of a full persistent grid of :data:`MMA_WARPS` x
-#: :data:`MMA_BLOCKS` x SMs warps must have for :func:`choose_config` to take the M > 1 mma fold: its
-#: grid has no split K, so a narrow N would leave most warps idle (gate/up, 6144 columns: 0.18
-#: group per warp), where the tensor-core kernel splits K. lm_head (151936 columns: 4.5 per warp)
+#: :data:`MMA_BLOCKS` x SMs warps must have for :func:`choose_config` to take the M > 1 mma fold:
+#: without a K split a narrow N leaves most warps idle (gate/up, 6144 columns: 0.18 group per
+#: warp), and the fold's own K split (``ksplit``) is not timed yet, so the tensor-core kernel
+#: (split K) keeps those shapes. lm_head (151936 columns: 4.5 per warp)
 #: measured on an H100 (session 18, fp16 bs 32, against the tensor-core kernel in one process):
 #: M = 2 68.1 against 81.2 us, M = 4 70.2 / 82.2, M = 8 73.2 / 83.5, M = 16 100.2 / 125.5.
 MMA_BATCH_MIN_GROUPS = 2
