@@ -148,7 +148,9 @@ def test_probe_configs_parse_or_are_refused():
                                          "pipeline": False, "mma": True}
     assert parse_config("c2l4u2b2w8m") == {"cols": 2, "lanes": 4, "unroll": 2, "blocks_per_sm": 2,
                                            "warps": 8, "pipeline": False, "mma": True}
-    for bad in ("c2l4u2b4mx0", "c2l4u2b4mn", "c2l4u2b4w", "c2l4u2b4mw8"):   # fold variants; w before p/m
+    assert parse_config("c2l4u4b4w4mk4") == {"cols": 2, "lanes": 4, "unroll": 4, "blocks_per_sm": 4,
+                                             "warps": 4, "pipeline": False, "mma": True, "ksplit": 4}
+    for bad in ("c2l4u2b4mx0", "c2l4u2b4mn", "c2l4u2b4w", "c2l4u2b4mw8", "c2l4u2b4k4m"):   # fold variants; w before p/m, k last
         with pytest.raises(ValueError, match="config"):
             parse_config(bad)
     with pytest.raises(SystemExit):
