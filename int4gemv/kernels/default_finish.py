@@ -11,7 +11,29 @@ from numba import cuda, float32
 from . import bf16
 from .intrinsics import shfl_xor
 
-__all__ = ["lanes_finish"]
+__all__ = ["lanes_finish", "output_access"]
+
+
+def output_access(dtype):
+    """``(bias_at, store)`` for outputs of ``dtype``: ``bias_at(bias, has_bias, n)`` is column
+    ``n``'s bias as float32 (0 without one; bias float16, or uint16 bf16 bits);
+    ``store(out, i, y)`` writes float32 ``y`` to ``out[i]`` (float16, or bf16 bits)."""
+    F16 = dtype == "float16"
+
+    @cuda.jit(device=True, inline=True)
+    def bias_at(bias, has_bias, n):
+        if not has_bias:
+            return float32(0.0)
+        return float32(bias[np.uint64(n)]) if F16 else bf16.low_value(np.uint32(bias[np.uint64(n)]))
+
+    @cuda.jit(device=True, inline=True)
+    def store(out, i, y):
+        if F16:
+            out[np.uint64(i)] = y
+        else:
+            out[np.uint64(i)] = bf16.to_bf16_bits(y)
+
+    return bias_at, store
 
 
 def lanes_finish(config, range_check):
@@ -21,8 +43,9 @@ def lanes_finish(config, range_check):
     (stripe 0 stores). With ``range_check`` (bf16 at M = 1) the sums are multiplied by
     ``unscale``, undoing the staged row's scale. Every lane of the warp calls it together (the
     shuffles); it leaves ``acc`` zeroed."""
-    F16, M, C, L = config.dtype == "float16", config.M, config.cols, config.lanes
+    M, C, L = config.M, config.cols, config.lanes
     P, LOG_L = 32 // L, L.bit_length() - 1
+    bias_at, store = output_access(config.dtype)
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out, unscale):
@@ -36,16 +59,9 @@ def lanes_finish(config, range_check):
             for c in range(C):
                 n = col0 + c * P
                 if n < N:
-                    if has_bias:
-                        b = float32(bias[np.uint64(n)]) if F16 else bf16.low_value(np.uint32(bias[np.uint64(n)]))
-                    else:
-                        b = float32(0.0)
+                    b = bias_at(bias, has_bias, n)
                     for m in range(M):
-                        y = (acc[m, c] * unscale if range_check else acc[m, c]) + b
-                        if F16:
-                            out[np.uint64(m * N + n)] = y
-                        else:
-                            out[np.uint64(m * N + n)] = bf16.to_bf16_bits(y)
+                        store(out, m * N + n, (acc[m, c] * unscale if range_check else acc[m, c]) + b)
         for m in range(M):
             for c in range(C):
                 acc[m, c] = float32(0.0)

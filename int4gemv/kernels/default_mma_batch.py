@@ -36,10 +36,10 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32
 
-from . import bf16
 from .mma import mma_bf16, mma_f16
 from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, scaled_pair_f16,
                         zero_point_offset_bf16, zero_point_offset_f16)
+from .default_finish import output_access
 from .intrinsics import pack_half2, wait_for_previous_grid
 
 __all__ = ["batch_mma_fold", "batch_mma_finish", "batch_mma_constants", "row_tiles", "ksplit_finish",
@@ -140,8 +140,9 @@ def batch_mma_finish(config):
     group end for the M > 1 tensor-core fold: lane ``(g, t)`` writes its D fragments (columns
     ``col0 + 8 c``, ``c < cols``, rows ``8 mt + 2t`` and ``+ 1`` that exist; ``col0`` is already
     the lane's column ``g``), plus the bias, and zeroes them. ``unscale`` is unused."""
-    F16, M, C = config.dtype == "float16", config.M, config.cols
+    M, C = config.M, config.cols
     MT, T = row_tiles(M), config.cols // 2
+    bias_at, store = output_access(config.dtype)
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, col0, s, N, bias, has_bias, out, unscale):
@@ -149,19 +150,12 @@ def batch_mma_finish(config):
         for c in range(C):
             n = col0 + 8 * c
             if n < N:
-                if has_bias:
-                    b = float32(bias[np.uint64(n)]) if F16 else bf16.low_value(np.uint32(bias[np.uint64(n)]))
-                else:
-                    b = float32(0.0)
+                b = bias_at(bias, has_bias, n)
                 for mt in range(MT):
                     for r in range(2):
                         m = 8 * mt + 2 * t + r
                         if m < M:
-                            y = acc[mt * T + c // 2, 2 * (c % 2) + r] + b
-                            if F16:
-                                out[np.uint64(m * N + n)] = y
-                            else:
-                                out[np.uint64(m * N + n)] = bf16.to_bf16_bits(y)
+                            store(out, m * N + n, acc[mt * T + c // 2, 2 * (c % 2) + r] + b)
         for i in range(MT * T):
             for r in range(4):
                 acc[i, r] = float32(0.0)
