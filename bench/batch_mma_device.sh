@@ -5,7 +5,7 @@
 # tests. The bench processes run at once, compiling in parallel and timing one at a time
 # (--gpu-lock); every comparison is between rows of one process (its own floor and baseline).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> [CALL=1] bench/batch_mma_device.sh
-# (everything under $OUT ends in $OUT/session18-call.tgz)
+# (everything under $OUT ends in $OUT/batch-mma-call.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
 export PYTHONUNBUFFERED=1
@@ -53,6 +53,11 @@ bench small8 --m 8 --shapes gate/up,down --config-shapes gate/up,down --dtypes f
     --configs c2l4u4b4w4mk4,c2l4u2b2w8mk4
 bench small16 --m 16 --shapes gate/up,down --config-shapes gate/up,down --dtypes float16 --variants env \
     --configs c4l4u1b3w4mk4
+# issue 19 (session 19): unroll 2 for zero points at bs 64 / 128 at M = 1, at 4 and 3 blocks per SM
+bench zp64 --m 1 --shapes lm_head --formats 64+zp --dtypes float16,bfloat16 --variants default --no-tinygemm \
+    --configs c4u2b4,c4u2b3
+bench zp128 --m 1 --shapes lm_head --formats 128+zp --dtypes float16,bfloat16 --variants default --no-tinygemm \
+    --configs c4u2b4,c4u2b3
 fi
 wait
 for f in "$out"/targets-*.log; do echo "== $f"; grep -h "^floor\|^env\|^tensor_core\|^default\|^tinygemm\|^probe\|Error\|error:" "$f" | head -20; done
@@ -66,4 +71,4 @@ echo "pytest exit $?"; pkill -f "pytest.*-n ${TEST_WORKERS:-12}" || true
 echo "passed $(grep -c " PASSED " "$out/pytest-batch-mma.log")"; grep " FAILED \| ERROR \|SKIP" "$out/pytest-batch-mma.log" | head -20
 fi
 # the device tool returns a limited number of files: one archive of everything
-tar -czf "$out/../session18-call.tgz" -C "$out" . && rm -rf "${out:?}"/* && mv "$out/../session18-call.tgz" "$out/"
+tar -czf "$out/../batch-mma-call.tgz" -C "$out" . && rm -rf "${out:?}"/* && mv "$out/../batch-mma-call.tgz" "$out/"
