@@ -45,7 +45,17 @@ bench m16 --m 16 $lm --formats 32 --dtypes float16,bfloat16 --variants env,tenso
 bench m8 --m 8 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm
 bench m24 --m 2,4 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm
 bench fmt16 --m 16 $lm --formats 16,16+zp,64 --dtypes float16 --variants env --no-tinygemm
-else        # call 5 (prepared in session 18, not run): the chunks written out (no local memory at M = 16)
+elif [ "${CALL:-6}" = 6 ]; then   # session 19 call 2: the chooser after call 5 (4 x 2 at 3 blocks past 8 rows,
+# zero points 4 x 2 at 3 blocks for 5..8 rows, the K split past 8 rows on narrow N, unroll 2 for
+# fp16 bs >= 64 + zp at M = 1), every judged row through `env`; probes: zero points at M = 16 as 4 x 2
+bench m16 --m 16 $lm --formats 32 --dtypes float16,bfloat16 --variants env,tensor_core
+bench fmt16 --m 16 $lm --formats 16,16+zp,64+zp --dtypes float16 --variants env --no-tinygemm --configs c4l4u2b3m
+bench fmt16b --m 16 $lm --formats 64,128,128+zp --dtypes float16 --variants env --no-tinygemm
+bench m8 --m 8 $lm --formats 32,16+zp,64+zp --dtypes float16,bfloat16 --variants env --no-tinygemm
+bench small16 --m 16 --shapes gate/up,down,gate_up --dtypes float16,bfloat16 --variants env,tensor_core
+bench m1zp --m 1 --shapes lm_head,gate/up,down --formats 64+zp,128+zp --dtypes float16,bfloat16 --variants env \
+    --no-tinygemm --config-shapes lm_head,gate/up --configs c4u1b4
+else        # call 5 (prepared in session 18, run in session 19): the chunks written out (no local memory at M = 16)
 bench m16 --m 16 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm --configs c4l4u2b3m
 bench m8 --m 8 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm --configs c4l4u4b3m
 bench zp8 --m 8 $lm --formats 16+zp --dtypes float16 --variants env --no-tinygemm --configs c4l4u2b3m
@@ -64,7 +74,8 @@ for f in "$out"/targets-*.log; do echo "== $f"; grep -h "^floor\|^env\|^tensor_c
 
 if [ "${TESTS:-1}" = 1 ]; then
 timeout "${TESTS_S:-200}" python3 -m pytest -v -p no:cacheprovider -n "${TEST_WORKERS:-12}" --tb=short \
-    tests/test_default_mma_batch.py "tests/test_default_kernel.py::test_m1_unroll_is_the_largest_that_does_not_spill" \
+    tests/test_default_mma_batch.py tests/test_configurations.py \
+    "tests/test_default_kernel.py::test_m1_unroll_is_the_largest_that_does_not_spill" \
     "tests/test_default_kernel.py::test_lm_head_takes_the_mma_fold_where_each_warp_has_groups_to_fold" \
     "tests/test_tensor_core.py::test_explain_says_why_tiles" > "$out/pytest-batch-mma.log" 2>&1
 echo "pytest exit $?"; pkill -f "pytest.*-n ${TEST_WORKERS:-12}" || true

@@ -102,3 +102,17 @@ CASES.update(_case(*c) for c in [
     # the K split (narrow N: gate/up, down)
     ("float16", 32, False, 8, 2, 4, 4, True, 4, 4), ("float16", 32, False, 8, 2, 2, 2, True, 8, 4),
     ("float16", 32, False, 16, 4, 1, 3, True, 4, 4), ("bfloat16", 32, False, 8, 2, 4, 4, True, 4, 4)])
+
+#: Session 19: the past-8 and zero-point tilings at 3 blocks per SM in every format, rows that
+#: are not a multiple of 8, and the K split with zero points and bf16.
+CASES.update(_case(*c) for c in [
+    ("bfloat16", 16, True, 8, 4, 2, 3), ("float16", 32, True, 8, 4, 2, 3),
+    ("float16", 64, True, 8, 4, 2, 3), ("float16", 128, True, 8, 4, 2, 3),
+    ("bfloat16", 128, True, 8, 4, 2, 3), ("bfloat16", 16, False, 8, 4, 4, 3),
+    ("float16", 128, False, 8, 4, 4, 3), ("float16", 32, False, 5, 4, 4, 3),
+    ("float16", 16, False, 16, 4, 2, 3), ("bfloat16", 16, False, 16, 4, 2, 3),
+    ("float16", 128, False, 16, 4, 2, 3), ("float16", 32, False, 12, 4, 2, 3),
+    ("float16", 16, True, 16, 4, 1, 3, True, 4, 4), ("bfloat16", 32, False, 16, 4, 1, 3, True, 4, 4),
+    ("bfloat16", 128, True, 16, 4, 1, 3, True, 4, 4), ("float16", 32, True, 16, 4, 2, 3),
+    ("float16", 64, True, 16, 4, 2, 3), ("float16", 128, True, 16, 4, 2, 3),
+    ("bfloat16", 32, True, 16, 4, 2, 3), ("bfloat16", 128, True, 16, 4, 2, 3)])

@@ -6,8 +6,9 @@ the registered descriptors (:mod:`.registry`); ``Tuning.variant`` names one of t
 
 * ``default`` (the environment unset): the default tiling at M = 1; for M >= 2, where one
   ``mma`` serves every row, the default tiling's tensor-core fold where N fills its persistent
-  grid (:func:`~.kernels.default_config.mma_batch_pays`: lm_head-wide N), else the tensor-core
-  kernel (:mod:`.descriptors.tensor_core`, split K for narrow N);
+  grid (lm_head-wide N) or, past 8 rows, its K split gives every SM a block
+  (:func:`~.kernels.mma_tiling.mma_batch_reason`), else the tensor-core kernel
+  (:mod:`.descriptors.tensor_core`, split K for narrow N);
 * a named kernel runs when its eligibility accepts the problem; a specialization that cannot
   take the problem falls back to that default, and the plan says why;
 * ``auto``: where the single-warp specialization is eligible, the measured table
@@ -28,7 +29,7 @@ from dataclasses import dataclass, fields, replace
 from . import autotune
 from .descriptor import Problem, TuningRefused
 from .descriptors import tensor_core
-from .kernels.default_config import MMA_BATCH_COLS, MMA_BATCH_MIN_GROUPS, mma_batch_pays
+from .kernels.mma_tiling import MMA_BATCH_COLS, mma_batch_reason
 from .registry import FALLBACK, descriptor
 from .tuning import ENV_VARS, Resolved, Tuning
 
@@ -91,12 +92,10 @@ def _default_for(problem, tuning, multiprocessors):
     """``(kernel, why)``: what a call runs when no specialization takes it (``why`` is ``None``
     for the default tiling at M = 1). The default tiling's tensor-core fold needs ``cols`` left
     open or one of its column counts."""
-    if problem.M >= tensor_core.MIN_M and mma_batch_pays(problem.M, problem.N, multiprocessors) \
-            and tuning.cols in (None,) + MMA_BATCH_COLS:
+    fold = mma_batch_reason(problem.M, problem.N, multiprocessors)
+    if problem.M >= tensor_core.MIN_M and fold and tuning.cols in (None,) + MMA_BATCH_COLS:
         return FALLBACK, (f"M = {problem.M} >= {tensor_core.MIN_M}: the default tiling's "
-                          f"tensor-core fold (one mma.sync.m16n8k16 per 8 rows), since N = "
-                          f"{problem.N} gives each warp of its persistent grid >= "
-                          f"{MMA_BATCH_MIN_GROUPS} groups of 16 columns on {multiprocessors} SMs")
+                          f"tensor-core fold (one mma.sync.m16n8k16 per 8 rows), since {fold}")
     if problem.M >= tensor_core.MIN_M:
         return tensor_core.NAME, tensor_core.why_chosen(problem)
     return FALLBACK, None

@@ -33,6 +33,7 @@ import int4gemv as ig
 from int4gemv.descriptors import tensor_core
 from int4gemv.device import device_facts
 from int4gemv.kernels import default_config as dc
+from int4gemv.kernels import mma_tiling as mt
 from int4gemv.kernels import single_warp
 from int4gemv.kernels.default import COLS, UNROLLS, choose_config
 
@@ -101,7 +102,7 @@ def _columns(cols, lanes):
 def _mma_columns(multiprocessors):
     """The smallest N (one column past whole groups of 16) for which ``choose_config`` takes the
     mma fold on ``multiprocessors`` SMs (the simulator's 1 here: 1025 columns)."""
-    stride = dc.MMA_WARPS * dc.MMA_BLOCKS * multiprocessors
+    stride = mt.MMA_WARPS * mt.MMA_BLOCKS * multiprocessors
     return 16 * dc.STAGE_MIN_GROUPS * stride + 1
 
 

@@ -12,7 +12,7 @@ from default_kernel_check import DTYPES, TOL, check, make, mma_config, reference
 from int4gemv.descriptor import Problem
 from int4gemv.dispatch import plan_gemv
 from int4gemv.kernels.default import DefaultConfig, choose_config
-from int4gemv.kernels.default_config import mma_batch_pays
+from int4gemv.kernels.mma_tiling import mma_batch_pays
 from int4gemv.tuning import resolve_tuning
 
 
@@ -103,11 +103,13 @@ def _plan(M, N, zp=False, tuning=None, dtype="float16", sms=132):
 
 @pytest.mark.parametrize("M, zp, tiling", [(2, False, (2, 4, 4)), (4, False, (2, 4, 4)),
                                            (5, False, (4, 2, 4)), (8, False, (4, 2, 4)),
-                                           (9, False, (4, 1, 3)), (16, False, (4, 1, 3)),
-                                           (8, True, (2, 2, 4)), (16, True, (4, 1, 3))])
+                                           (9, False, (4, 2, 3)), (16, False, (4, 2, 3)),
+                                           (4, True, (2, 2, 4)), (5, True, (4, 2, 3)),
+                                           (8, True, (4, 2, 3)), (9, True, (4, 1, 3)),
+                                           (16, True, (4, 1, 3))])
 def test_wide_n_at_m_above_one_takes_the_default_tilings_mma_fold(M, zp, tiling):
     p = _plan(M, 151936, zp)
-    assert p.kernel == "default" and p.config.mma and p.config.M == M
+    assert p.kernel == "default" and p.config.mma and p.config.M == M and p.config.ksplit == 1
     assert (p.config.cols, p.config.unroll, p.config.blocks_per_sm, p.config.lanes) == tiling + (4,)
     assert "tensor-core fold" in p.reason and "151936" in p.reason
     assert "tensor-core fold" in dict((n, s) for n, _, s in p.sources)["cols"]
@@ -120,6 +122,20 @@ def test_the_rule_is_two_groups_of_16_columns_per_warp_of_the_grid():
     assert mma_batch_pays(8, 67584 // 2, 66)                # half the SMs, half the columns
     assert _plan(8, 67584).kernel == "default" and _plan(8, 67568).kernel == "tensor_core"
     assert _plan(8, 6144).kernel == "tensor_core"           # gate/up: split K
+
+
+@pytest.mark.parametrize("zp", [False, True])
+def test_narrow_n_past_8_rows_takes_the_k_split(zp):
+    # One group of 32 columns per SM: 132 x 32 = 4224 columns (gate/up's 6144: 192 groups).
+    for M in (9, 16):
+        p = _plan(M, 6144, zp)
+        assert p.kernel == "default" and p.config.mma and p.config.ksplit == 4
+        assert (p.config.cols, p.config.unroll, p.config.blocks_per_sm, p.config.warps) == (4, 1, 3, 4)
+        assert "K split" in p.reason and "6144" in p.reason
+        assert "K split" in dict((n, s) for n, _, s in p.sources)["cols"]
+    assert _plan(9, 4224, zp).kernel == "default" and _plan(9, 4192, zp).kernel == "tensor_core"
+    assert _plan(8, 6144, zp).kernel == "tensor_core"       # level at M = 8 (H100)
+    assert _plan(16, 2048, zp).kernel == "tensor_core"      # down: 64 groups for 132 SMs
 
 
 def test_named_kernels_and_given_columns_keep_their_meaning():
@@ -163,6 +179,17 @@ def test_k_split_sums_the_warps_of_a_group(rng, ksplit, warps, M, dtype, bs, zp,
     K = 520
     a, w, bias = make(rng, 69, K, bs, zp, M, dtype)
     config = replace(_config(dtype, M, K, bs, zp, unroll=2, warps=warps, cols=cols), ksplit=ksplit)
+    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
+    check(y, a, w, bias, dtype)
+
+
+@pytest.mark.parametrize("M, dtype, bs, zp", [(9, "float16", 16, True), (16, "bfloat16", 128, False)])
+def test_the_chosen_k_split_runs(rng, M, dtype, bs, zp):
+    # The chooser's K split on one SM: N = 69 (3 groups of 32 columns, the last partial), K = 520
+    # (17 chunks over 16 stripes of 4 lanes x 4 warps: one stripe holds two, the last a word).
+    config = choose_config(M, 69, 520, bs, dtype, zp, multiprocessors=1)
+    assert config.mma and config.ksplit == 4
+    a, w, bias = make(rng, 69, 520, bs, zp, M, dtype)
     y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
     check(y, a, w, bias, dtype)
 

@@ -3,7 +3,7 @@
 Eligibility: every supported problem — float16 or bfloat16, block sizes 16/32/64/128, zero
 points, bias, any N, K a multiple of 8, M 1..16 in one launch. The dispatcher runs it for M >= 2
 (:data:`MIN_M`) where N is too narrow for the default tiling's tensor-core fold
-(:func:`~int4gemv.kernels.default_config.mma_batch_pays`), and at M = 1 where the measured
+(:func:`~int4gemv.kernels.mma_tiling.mma_batch_reason`), and at M = 1 where the measured
 ``auto`` table says it is faster.
 Configuration: :func:`~int4gemv.kernels.tensor_core_config.choose_config`; ``Tuning.unroll``
 (128-element segments per step: 1, 2, 4 or 8) is honoured; ``cols``, ``activations``, ``pdl``

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .mma_tiling import (MMA_BATCH_COLS, MMA_BLOCKS, MMA_COLS, MMA_LANES, MMA_WARPS,
+                         mma_batch_reason, mma_batch_tiling)
+
 __all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES",
-           "MAX_M", "COLS", "LANES", "UNROLLS", "BLOCK_SIZES", "MMA_LANES", "MMA_COLS", "MMA_WARPS",
-           "MMA_BLOCKS", "MMA_BATCH_COLS", "STAGE_MAX_K", "STAGE_MIN_GROUPS", "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN",
-           "warps_per_sm_target", "stage_min_groups", "stages_row", "mma_batch_pays", "mma_batch_tiling",
-           "MMA_BATCH_MIN_GROUPS"]
+           "MAX_M", "COLS", "LANES", "UNROLLS", "BLOCK_SIZES", "STAGE_MAX_K", "STAGE_MIN_GROUPS",
+           "MMA_STAGE_MIN_GROUPS", "MMA_CHOSEN", "warps_per_sm_target", "stage_min_groups",
+           "stages_row"]
 
 DTYPES = ("float16", "bfloat16")
 MAX_M = 16
@@ -103,29 +105,18 @@ class DefaultConfig:
         return self.warps // self.ksplit
 
 
-def _unroll_spills(M, dtype, zero_points) -> bool:
-    """Whether 2 chunks per lane step would spill at the chosen column counts: M > 1 bf16 keeps
-    float32 pairs and activations live (spilled on the H200); at M = 1 (the scalar loop) the
-    zero points' per-group constants do (4-104 bytes of local memory per thread, every block
-    size and dtype, ptxas for sm_90 with 4 columns and 128 registers; bench/NOTES.md)."""
-    return (dtype == "bfloat16" and M > 1) or (M == 1 and bool(zero_points))
+def _unroll_spills(M, dtype, block_size, zero_points) -> bool:
+    """Whether 2 chunks per lane step would cost more than they give: M > 1 bf16 keeps float32
+    pairs and activations live (spilled on the H200); at M = 1 (the scalar loop) the zero
+    points' per-group constants do (4-104 bytes of local memory per thread, ptxas for sm_90 with
+    4 columns and 128 registers; bench/NOTES.md), except fp16 with blocks of >= 64, whose 8 B
+    spill costs less than the second chunk gives (H100, session 19, lm_head: bs 64 + zp 63.2
+    against 67.5 us, bs 128 + zp 61.6 / 64.5; bf16 bs 128 + zp spills 88 B: 71.2 / 66.0)."""
+    if M > 1:
+        return dtype == "bfloat16"
+    return bool(zero_points) and (dtype == "bfloat16" or block_size < 64)
 
 
-#: The mma fold's tiling (:mod:`.default_mma`): 4 lanes per column (lane t = chunk stripe t) and
-#: 2 columns per lane, which its mapping needs; 4 warps per block, 4 blocks per SM (128 registers
-#: a thread).
-MMA_LANES, MMA_COLS, MMA_WARPS, MMA_BLOCKS = 4, 2, 4, 4
-#: The columns per lane the M > 1 mma fold takes (:mod:`.default_mma_batch`): 2 (one A tile of
-#: 16 columns per warp) or 4 (two tiles sharing each activation fragment).
-MMA_BATCH_COLS = (2, 4)
-#: Groups of 16 columns each warp of a full persistent grid of :data:`MMA_WARPS` x
-#: :data:`MMA_BLOCKS` x SMs warps must have for :func:`choose_config` to take the M > 1 mma fold:
-#: without a K split a narrow N leaves most warps idle (gate/up, 6144 columns: 0.18 group per
-#: warp), and the fold's own K split (``ksplit``) is not timed yet, so the tensor-core kernel
-#: (split K) keeps those shapes. lm_head (151936 columns: 4.5 per warp)
-#: measured on an H100 (session 18, fp16 bs 32, against the tensor-core kernel in one process):
-#: M = 2 68.1 against 81.2 us, M = 4 70.2 / 82.2, M = 8 73.2 / 83.5, M = 16 100.2 / 125.5.
-MMA_BATCH_MIN_GROUPS = 2
 #: The longest activation row the M = 1 stage holds (hidden sizes up to 4096; longer rows fold
 #: in float32 (bf16) or on CUDA cores (the mma configuration)), and the column groups each warp
 #: of the grid must fold for the bf16 stage to pay (:func:`stages_row`): the bf16 stage is two
@@ -163,27 +154,6 @@ def mma_pays(M, N, K, multiprocessors) -> bool:
     return M == 1 and K <= STAGE_MAX_K and groups >= STAGE_MIN_GROUPS * stride
 
 
-def mma_batch_pays(M, N, multiprocessors) -> bool:
-    """Whether :func:`choose_config` takes the M > 1 mma fold: M >= 2 and N gives every warp of
-    the full persistent grid :data:`MMA_BATCH_MIN_GROUPS` groups of 16 columns."""
-    stride = MMA_WARPS * MMA_BLOCKS * multiprocessors
-    return M >= 2 and -(-N // 16) >= MMA_BATCH_MIN_GROUPS * stride
-
-
-def mma_batch_tiling(M, zero_points) -> tuple:
-    """``(cols, unroll, blocks_per_sm)`` of the M > 1 mma fold (H100, session 18, lm_head fp16
-    bs 32): 2 x 4 up to 4 rows (68.1 / 73.7 us at M = 2 against 4 x 2), 4 x 2 up to 8 (73.2 /
-    76.5 at M = 8: one activation fragment feeds 32 columns), 4 x 1 at 3 blocks per SM (168
-    registers) with two row tiles (93.1 against 100.4 at 4 blocks, whose 128 registers spill 8 B;
-    4 x 2 and 2 x 4 spill 192 B); zero points 2 x 2 up to 8 rows (bs 16 + zp: 97.6 against 4 x
-    1's 111.0; ptxas spills 56 B at 2 x 4). :data:`MMA_BLOCKS` blocks per SM up to 8 rows."""
-    if M > 8:
-        return 4, 1, 3
-    if zero_points:
-        return 2, 2, MMA_BLOCKS
-    return (2, 4, MMA_BLOCKS) if M <= 4 else (4, 2, MMA_BLOCKS)
-
-
 def warps_per_sm_target(M) -> int:
     """The busy warps per SM below which :func:`choose_config` halves the columns per lane: 4
     at M = 1, 8 for M > 1. At M = 1 fewer, wider warps won on the H100 (bench/NOTES.md, session
@@ -199,28 +169,28 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
 
     lanes: enough lanes per column for its chunks (K short: several columns per warp);
     unroll: up to 2 chunks per lane per step (1 where 2 spills: bf16 at M > 1, zero points at
-    M = 1); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
+    M = 1 but fp16 with blocks >= 64); cols: 4 for M = 1, 2 for M > 1 (registers), fewer
     while the grid would not give every SM :func:`warps_per_sm_target` warps (4 at M = 1, 8
     beyond); resident blocks per SM: 8 for one column
     (64 registers), else 4 up to M = 4 and 2 beyond (measured on the H200, bench/NOTES.md).
     M = 1 where :func:`mma_pays` (``cols`` not given): the tensor-core fold's tiling instead
     (4 lanes and 2 columns per lane, :data:`MMA_WARPS` warps, :data:`MMA_BLOCKS` blocks per SM);
-    M >= 2 where :func:`mma_batch_pays` (``cols`` not given, or one of :data:`MMA_BATCH_COLS`):
-    the M > 1 tensor-core fold, 4 lanes per column and :func:`mma_batch_tiling`'s columns and
-    unroll and blocks per SM."""
+    M >= 2 where :func:`.mma_tiling.mma_batch_reason` gives one (``cols`` not given, or one of
+    :data:`.mma_tiling.MMA_BATCH_COLS`): the M > 1 tensor-core fold, 4 lanes per column and
+    :func:`.mma_tiling.mma_batch_tiling`'s columns, unroll, blocks per SM and K split."""
     row_bytes = -(-K // block_size) * block_size // 2
     weight_vector = bool(weight_aligned16) and row_bytes % 16 == 0
-    if cols in (None,) + MMA_BATCH_COLS and mma_batch_pays(M, N, multiprocessors):
-        chosen, unroll, blocks = mma_batch_tiling(M, zero_points)
+    if cols in (None,) + MMA_BATCH_COLS and mma_batch_reason(M, N, multiprocessors):
+        chosen, unroll, blocks, ksplit = mma_batch_tiling(M, N, zero_points, multiprocessors)
         cols = chosen if cols is None else cols
-        per_lane = -(-K // 32 // MMA_LANES)
+        per_lane = -(-K // 32 // MMA_LANES // ksplit)
         while unroll > 1 and unroll > per_lane:
             unroll //= 2
         return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),
                              zero_points=bool(zero_points), cols=cols, lanes=MMA_LANES,
                              unroll=unroll, warps=MMA_WARPS, blocks_per_sm=blocks,
                              act_vector=bool(act_aligned16), weight_vector=weight_vector,
-                             pdl=bool(pdl), mma=True)
+                             pdl=bool(pdl), mma=True, ksplit=ksplit)
     if cols is None and mma_pays(M, N, K, multiprocessors):
         per_lane = -(-K // 32 // MMA_LANES)
         unroll = 1 if per_lane == 1 else 2      # no spills at 2, zero points included (ptxas)
@@ -234,7 +204,7 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     while lanes < 32 and lanes < chunks:
         lanes *= 2
     per_lane = -(-chunks // lanes)
-    unroll = 1 if per_lane == 1 or _unroll_spills(M, dtype, zero_points) else 2
+    unroll = 1 if per_lane == 1 or _unroll_spills(M, dtype, block_size, zero_points) else 2
     warps = 4
     if cols is None:
         cols = 4 if M == 1 else 2
@@ -258,9 +228,8 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
     if config.mma and config.M > 1:
         cols = (f"{config.cols} columns per lane step, {config.lanes} lanes per column at M = "
                 f"{config.M}: the tensor-core fold (mma.sync m16n8k16: {8 * config.cols} columns "
-                f"per warp are A, the rows B, one mma per 8 rows), since N = {N} gives each of "
-                f"the {config.warps * config.blocks_per_sm * multiprocessors} warps >= "
-                f"{MMA_BATCH_MIN_GROUPS} groups of 16 columns")
+                f"per warp are A, the rows B, one mma per 8 rows), since "
+                f"{mma_batch_reason(config.M, N, multiprocessors) or 'it was asked for'}")
     elif config.mma:
         cols = (f"{config.cols} columns per lane step, {config.lanes} lanes per column at M = 1: the "
                 f"tensor-core fold (mma.sync m16n8k16: a warp's 16 columns are A), since N = {N} "
@@ -277,6 +246,8 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
         cols = f"2 columns per lane step at M = {config.M} > 1 (M accumulators per column: registers)"
     cols += (f"; {config.lanes} lanes per column (K = {K}: {chunks} chunks of 32), "
              f"{config.blocks_per_sm} blocks per SM")
+    if config.ksplit > 1:
+        cols += f"; {config.ksplit} warps share each column group (K split)"
     if per_lane == 1:
         unroll = f"1: each lane has one chunk of its column (K = {K}, {config.lanes} lanes)"
     elif config.mma and config.M > 1:
@@ -288,8 +259,9 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
     elif config.mma:
         unroll = (f"2 chunks per lane step (each lane has {per_lane} chunks of its column; the "
                   "tensor-core fold does not spill at 2, zero points included)")
-    elif config.M == 1 and config.zero_points:
-        unroll = "1 with zero points at M = 1 (their per-group constants made unroll 2 spill)"
+    elif config.M == 1 and config.zero_points and config.unroll == 1:
+        unroll = ("1 with zero points at M = 1 in bf16 or blocks < 64 (their per-group constants "
+                  "made unroll 2 spill)")
     else:
         unroll = f"2 chunks per lane step (each lane has {per_lane} chunks of its column)"
     return {"cols": cols, "unroll": unroll}

@@ -54,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32
 
-from .default_config import MMA_LANES
+from .mma_tiling import MMA_LANES
 from .default_m1 import CHUNK_STRIDE, CORRECTION, ZERO_SLOT, scalar_fold
 from .half2 import offset_pairs8
 from .intrinsics import int_as_float
