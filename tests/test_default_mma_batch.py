@@ -105,8 +105,8 @@ def _plan(M, N, zp=False, tuning=None, dtype="float16", sms=132):
                                            (5, False, (4, 2, 4)), (8, False, (4, 2, 4)),
                                            (9, False, (4, 2, 3)), (16, False, (4, 2, 3)),
                                            (4, True, (2, 2, 4)), (5, True, (4, 2, 3)),
-                                           (8, True, (4, 2, 3)), (9, True, (4, 1, 3)),
-                                           (16, True, (4, 1, 3))])
+                                           (8, True, (4, 2, 3)), (9, True, (4, 2, 3)),
+                                           (16, True, (4, 2, 3))])
 def test_wide_n_at_m_above_one_takes_the_default_tilings_mma_fold(M, zp, tiling):
     p = _plan(M, 151936, zp)
     assert p.kernel == "default" and p.config.mma and p.config.M == M and p.config.ksplit == 1

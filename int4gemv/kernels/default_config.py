@@ -183,7 +183,7 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     if cols in (None,) + MMA_BATCH_COLS and mma_batch_reason(M, N, multiprocessors):
         chosen, unroll, blocks, ksplit = mma_batch_tiling(M, N, zero_points, multiprocessors)
         cols = chosen if cols is None else cols
-        per_lane = -(-K // 32 // MMA_LANES // ksplit)
+        per_lane = -(-K // 32 // MMA_LANES)
         while unroll > 1 and unroll > per_lane:
             unroll //= 2
         return DefaultConfig(dtype=str(dtype), M=int(M), block_size=int(block_size),

@@ -52,18 +52,19 @@ def mma_batch_tiling(M, N, zero_points, multiprocessors) -> tuple:
       spills 24 B at bs 16 bf16 (ptxas 13): not taken;
     - zero points up to 4 rows 2 x 2; 5..8 rows 4 x 2 at 3 blocks (bs 16 + zp M = 8: 90.0
       against 97.4 at 2 x 2 x 4);
-    - past 8 rows at 3 blocks per SM (168 registers, no local memory): 4 x 2 (M = 16 fp16 83.2
-      against 91.3 at 4 x 1, bf16 85.1 / 101.6); zero points 4 x 1 (4 x 2 spills 72 B at bs 16);
+    - past 8 rows 4 x 2 at 3 blocks per SM (168 registers; M = 16 fp16 83.2 against 91.3 at
+      4 x 1, bf16 85.1 / 101.6), zero points included although ptxas then keeps 24-48 B in local
+      memory (bs 64 + zp 79.0 against 86.1, bs 16 + zp 106.5 / 111.1);
     - narrow N past 8 rows (:func:`mma_ksplit_pays`): 4 x 1 at 3 blocks, :data:`KSPLIT` warps per
       group of 32 columns.
 
     Blocks per SM :data:`MMA_BLOCKS` unless said."""
     if mma_ksplit_pays(M, N, multiprocessors):
         return 4, 1, 3, KSPLIT
-    if M > 8:
-        return (4, 1, 3, 1) if zero_points else (4, 2, 3, 1)
+    if M > 8 or (zero_points and M > 4):
+        return 4, 2, 3, 1
     if zero_points:
-        return (2, 2, MMA_BLOCKS, 1) if M <= 4 else (4, 2, 3, 1)
+        return 2, 2, MMA_BLOCKS, 1
     return (2, 4, MMA_BLOCKS, 1) if M <= 4 else (4, 2, MMA_BLOCKS, 1)
 
 
