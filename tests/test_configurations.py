@@ -7,8 +7,10 @@ lm_head, 2 on gate/up, lanes 32, unroll 2 or 1, blocks per SM 8/4/2, M compiled 
 otherwise never run in CI. Here:
 
 * the default tiling: each distinct ``(cols, lanes, unroll, blocks_per_sm, dtype, mma)`` that
-  ``choose_config`` picks for the decode workload's shapes on a 132-SM GPU at the batches the
-  dispatcher gives it (M = 1; larger batches run on tensor cores), derived at collection time so
+  ``choose_config`` picks for the decode workload's shapes on a 132-SM GPU at M = 1 (larger
+  batches run on tensor cores: the tensor-core kernel, ``tests/test_tensor_core.py``, or the
+  default tiling's fold, whose every chosen configuration runs in
+  ``tests/test_default_mma_batch.py``), derived at collection time so
   a change of ``choose_config`` changes what runs, forced through ``gemv(..., tuning=Tuning(
   "default", cols=, unroll=))`` at a K that gives the same lanes and chunks per lane, N = two
   column groups + 1 (a partial group) — the mma fold (``default_config.MMA_CHOSEN``) chosen,
@@ -48,9 +50,8 @@ def _bf16():
 
 
 def _decode_choices():
-    """``{(cols, lanes, unroll, blocks_per_sm, dtype, mma): [M values]}`` over the decode shapes, for
-    the batches the dispatcher gives the default tiling (M < ``tensor_core.MIN_M``; larger
-    batches run on tensor cores, ``tests/test_tensor_core.py``)."""
+    """``{(cols, lanes, unroll, blocks_per_sm, dtype, mma): [M values]}`` over the decode shapes at
+    M < ``tensor_core.MIN_M`` (larger batches: see the module docstring)."""
     doc = json.loads(resources.files("int4gemv.workloads").joinpath("qwen3_vl_2b_decode.json").read_text())
     found = {}
     for p in doc["projections"]:

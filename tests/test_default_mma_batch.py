@@ -2,7 +2,9 @@
 float64: every format and dtype, every M, every K tail, several steps and column groups per warp,
 outputs poisoned and every element checked (:mod:`default_kernel_check`)."""
 
+import json
 from dataclasses import replace
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import int4gemv as ig
 from default_kernel_check import DTYPES, TOL, check, make, mma_config, reference, run
 from int4gemv.descriptor import Problem
 from int4gemv.dispatch import plan_gemv
-from int4gemv.kernels.default import DefaultConfig, choose_config
+from int4gemv.kernels.default import MAX_M, DefaultConfig, choose_config
 from int4gemv.kernels.mma_tiling import mma_batch_pays
 from int4gemv.tuning import resolve_tuning
 
@@ -153,17 +155,45 @@ def test_short_k_lowers_the_unroll_to_the_chunks_a_lane_has():
     assert choose_config(2, 151936, 256, 32, "float16", False).unroll == 2
 
 
-@pytest.mark.parametrize("M, zp, dtype", [(2, False, "float16"), (8, False, "bfloat16"),
-                                          (8, True, "float16"), (16, False, "float16"),
-                                          (16, True, "bfloat16")])
-def test_the_chosen_configurations_run(rng, M, zp, dtype):
-    # What the chooser gives the GPU (each tiling and block count of mma_batch_tiling), on one SM
-    # so that N = 520 (33 groups of 16 columns) is wide enough; K = 72 ends in a one-word chunk.
-    config = choose_config(M, 520, 72, 32, dtype, zp, multiprocessors=1)
-    assert config.mma and config.M == M
-    a, w, bias = make(rng, 520, 72, 32, zp, M, dtype)
-    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
-    check(y, a, w, bias, dtype)
+def _fold_choices():
+    """Every M > 1 fold configuration ``choose_config`` gives the decode workload's shapes
+    (``int4gemv/workloads``, lm_head included) on a 132-SM GPU for M = 2..16, fp16 and bf16,
+    with and without zero points: one per tiling (columns, unroll, blocks per SM, K split,
+    dtype, zero points), at its fewest rows (rows past M predicated off; two row tiles from 9)."""
+    doc = json.loads(resources.files("int4gemv.workloads").joinpath(
+        "qwen3_vl_2b_decode.json").read_text())
+    found = {}
+    for M in range(2, MAX_M + 1):
+        for p in doc["projections"]:
+            for dtype in DTYPES:
+                for zp in (False, True):
+                    c = choose_config(M, p["N"], p["K"], doc["block_size"], dtype, zp,
+                                      multiprocessors=132)
+                    if c.mma:
+                        found.setdefault((c.cols, c.unroll, c.blocks_per_sm, c.ksplit, dtype, zp), c)
+    return list(found.values())
+
+
+FOLD_CHOICES = _fold_choices()
+
+
+def test_the_workload_reaches_both_kinds_of_fold():
+    assert {c.ksplit for c in FOLD_CHOICES} == {1, 4}
+    assert {c.M for c in FOLD_CHOICES} == {2, 5, 9}
+
+
+@pytest.mark.parametrize("config", FOLD_CHOICES, ids=lambda c: (
+    f"M{c.M}-c{c.cols}u{c.unroll}b{c.blocks_per_sm}k{c.ksplit}-{c.dtype}-zp{int(c.zero_points)}"))
+def test_every_fold_configuration_the_gpu_chooses_runs(rng, config):
+    # The configuration as the GPU gets it, on one SM at N = 69 (3 groups of 32 columns or 5 of
+    # 16, the last partial) and K = 520 (17 chunks: a last chunk of one word); bs 16 with zero
+    # points (two groups per chunk, rows not 16-byte aligned: 8-byte loads), else bs 128.
+    bs = 16 if config.zero_points else 128
+    K = 520
+    config = replace(config, block_size=bs, weight_vector=-(-K // bs) * bs // 2 % 16 == 0)
+    a, w, bias = make(rng, 69, K, bs, config.zero_points, config.M, config.dtype)
+    y, _ = run(a, w, bias, config.dtype, config=config, multiprocessors=1)
+    check(y, a, w, bias, config.dtype)
 
 
 # -- the K split: warps of a block share a column group ------------------------------------------
@@ -179,17 +209,6 @@ def test_k_split_sums_the_warps_of_a_group(rng, ksplit, warps, M, dtype, bs, zp,
     K = 520
     a, w, bias = make(rng, 69, K, bs, zp, M, dtype)
     config = replace(_config(dtype, M, K, bs, zp, unroll=2, warps=warps, cols=cols), ksplit=ksplit)
-    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
-    check(y, a, w, bias, dtype)
-
-
-@pytest.mark.parametrize("M, dtype, bs, zp", [(9, "float16", 16, True), (16, "bfloat16", 128, False)])
-def test_the_chosen_k_split_runs(rng, M, dtype, bs, zp):
-    # The chooser's K split on one SM: N = 69 (3 groups of 32 columns, the last partial), K = 520
-    # (17 chunks over 16 stripes of 4 lanes x 4 warps: one stripe holds two, the last a word).
-    config = choose_config(M, 69, 520, bs, dtype, zp, multiprocessors=1)
-    assert config.mma and config.ksplit == 4
-    a, w, bias = make(rng, 69, 520, bs, zp, M, dtype)
     y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
     check(y, a, w, bias, dtype)
 
