@@ -4,7 +4,8 @@
 # kernel on lm_head, and the bf16 row-stage probes at M = 1 (issue 19); then the new fold's GPU
 # tests. The bench processes run at once, compiling in parallel and timing one at a time
 # (--gpu-lock); every comparison is between rows of one process (its own floor and baseline).
-# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> [CALL=1] bench/batch_mma_device.sh
+# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N bench/batch_mma_device.sh
+# (CALL unset: call 7, the prepared one)
 # (everything under $OUT ends in $OUT/batch-mma-call.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
@@ -45,6 +46,10 @@ bench m16 --m 16 $lm --formats 32 --dtypes float16,bfloat16 --variants env,tenso
 bench m8 --m 8 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm
 bench m24 --m 2,4 $lm --formats 32 --dtypes float16,bfloat16 --variants env --no-tinygemm
 bench fmt16 --m 16 $lm --formats 16,16+zp,64 --dtypes float16 --variants env --no-tinygemm
+elif [ "${CALL:-7}" = 7 ]; then   # prepared in session 19, not run: bs 16 + zp at M = 16 with more registers or
+# one column tile; 4 x 4 at 3 blocks for 5..8 rows (bs 16 bf16 spills 24 B offline) against the chooser
+bench zp16 --m 16 $lm --formats 32,16+zp --dtypes float16 --variants env --no-tinygemm --configs c4l4u2b2m,c2l4u4b3m
+bench m8 --m 8 $lm --formats 32,16 --dtypes float16,bfloat16 --variants env --no-tinygemm --configs c4l4u4b3m
 elif [ "${CALL:-6}" = 6 ]; then   # session 19 call 2: the chooser after call 5 (4 x 2 at 3 blocks past 8 rows,
 # zero points 4 x 2 at 3 blocks for 5..8 rows, the K split past 8 rows on narrow N, unroll 2 for
 # fp16 bs >= 64 + zp at M = 1), every judged row through `env`; probes: zero points at M = 16 as 4 x 2

@@ -115,4 +115,5 @@ CASES.update(_case(*c) for c in [
     ("float16", 16, True, 16, 4, 1, 3, True, 4, 4), ("bfloat16", 32, False, 16, 4, 1, 3, True, 4, 4),
     ("bfloat16", 128, True, 16, 4, 1, 3, True, 4, 4), ("float16", 32, True, 16, 4, 2, 3),
     ("float16", 64, True, 16, 4, 2, 3), ("float16", 128, True, 16, 4, 2, 3),
-    ("bfloat16", 32, True, 16, 4, 2, 3), ("bfloat16", 128, True, 16, 4, 2, 3)])
+    ("bfloat16", 32, True, 16, 4, 2, 3), ("bfloat16", 128, True, 16, 4, 2, 3),
+    ("float16", 16, True, 16, 4, 2, 2), ("float16", 16, True, 16, 2, 4, 3)])
