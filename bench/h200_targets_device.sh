@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Every open issue's target rows on one GPU, in two device calls of under 600 s (session 20, on
+# the H200 the targets are set for; bench/NOTES.md has the predictions):
+#   CALL=1  issue 22 on the real driver (the lifecycle and call-path tests, the replay/capture
+#           race 50 times, the 12 s stress), eager latency, then issue 19: every shape at M = 1
+#           and every lm_head format, both dtypes, against the stream floor and tinygemm;
+#   CALL=2  issue 20: M = 2, 4, 8, 16 on every decode shape and lm_head (the chooser and the
+#           tensor-core kernel, tinygemm at the same M), the lm_head formats at M = 16; issue 21:
+#           the decode chain.
+# The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
+# every ratio is between rows of one process (its own floor and peers).
+# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N bench/h200_targets_device.sh
+# (everything under $OUT ends in $OUT/h200-call<N>.tgz)
+set -uo pipefail
+out=${OUT:?set OUT to the folder for logs and results}
+call=${CALL:?set CALL to 1 or 2}
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
+lock="$out/gpu.lock"
+workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)))")
+
+bench() {   # name, then bench.targets arguments
+    local name=$1; shift
+    mkdir -p "$out/$name"
+    timeout "${BENCH_S:-300}" python3 -m bench.targets --out "$out/$name" --quick --gpu-lock "$lock" "$@" \
+        > "$out/targets-$name.log" 2>&1 &
+}
+lm="--shapes lm_head"
+small="--shapes k/v,q/o,gate/up,gate_up,down"
+
+if [ "$call" = 1 ]; then
+    LIFECYCLE_REQUIRE_GPU=1 LIFECYCLE_RACE_LOOPS=50 LIFECYCLE_STRESS_SECONDS=12 \
+    timeout "${TESTS_S:-170}" python3 -m pytest -v -rs --tb=short --durations=15 -p no:cacheprovider \
+        -n "$workers" --dist loadgroup tests/lifecycle tests/test_call_path.py tests/test_api_validation.py \
+        tests/test_prepared.py tests/test_rules.py tests/test_weights.py tests/test_ort_interop.py \
+        tests/test_eager_table.py > "$out/pytest-issue22.log" 2>&1
+    echo "pytest exit $?"; grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$out/pytest-issue22.log" | tail -8
+    for i in 1 2; do
+        mkdir -p "$out/eager$i"
+        timeout "${EAGER_S:-40}" python3 -m bench.eager_latency --out "$out/eager$i" > "$out/eager$i.log" 2>&1
+        echo "eager $i exit $?"; tail -3 "$out/eager$i.log"
+    done
+    bench m1small --m 1 $small --variants default,single_warp,env
+    bench m1lm16 --m 1 $lm --formats 32,16,16+zp,32+zp --variants default,single_warp,env --no-tinygemm
+    bench m1lm64 --m 1 $lm --formats 32,64,64+zp,128,128+zp --variants default,env
+elif [ "$call" = 2 ]; then
+    bench small816 --m 8,16 $small --variants env,tensor_core
+    bench small24 --m 2,4 $small --variants env
+    bench lm816 --m 8,16 $lm --formats 32 --variants env,tensor_core
+    bench lm24 --m 2,4 $lm --formats 32 --variants env
+    bench fmt16a --m 16 $lm --formats 32,16,16+zp,32+zp --dtypes float16 --variants env --no-tinygemm
+    bench fmt16b --m 16 $lm --formats 32,64,64+zp,128,128+zp --dtypes float16 --variants env --no-tinygemm
+fi
+wait
+if [ "$call" = 2 ]; then
+    mkdir -p "$out/chain"
+    timeout "${CHAIN_S:-150}" python3 -m bench.decode_chain --out "$out/chain" --race 300 --configs \
+        merged:single_warp+pdl:qkv=4x4s:o=4x4s:gate_up=4x4s:down=4x4k4:silu=fused merged:default+pdl \
+        separate:single_warp+pdl:q=4x4s:k=4x4s:v=4x4s:o=4x4s:gate=4x4s:up=4x4s:down=4x4k4:silu=fused \
+        > "$out/decode-chain.log" 2>&1
+    echo "decode chain exit $?"; tail -8 "$out/decode-chain.log"
+fi
+for f in "$out"/targets-*.log; do echo "== $f"; grep -E "^(floor|tinygemm|env|default|single|tensor)|wrote|Error|error:" "$f" | tail -40; done
+tar czf "$out/h200-call$call.tgz" -C "$out" --exclude "h200-call$call.tgz" . && ls -la "$out"
