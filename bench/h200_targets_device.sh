@@ -6,7 +6,7 @@
 #           and every lm_head format, both dtypes, against the stream floor and tinygemm;
 #   CALL=2  issue 20: M = 2, 4, 8, 16 on every decode shape and lm_head (the chooser and the
 #           tensor-core kernel, tinygemm at the same M), the lm_head formats at M = 16; issue 21:
-#           the decode chain.
+#           the decode chain; probes of the K split with one column tile on gate/up and down.
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N bench/h200_targets_device.sh
@@ -50,6 +50,10 @@ elif [ "$call" = 2 ]; then
     bench lm24 --m 2,4 $lm --formats 32 --variants env
     bench fmt16a --m 16 $lm --formats 32,16,16+zp,32+zp --dtypes float16 --variants env --no-tinygemm
     bench fmt16b --m 16 $lm --formats 32,64,64+zp,128,128+zp --dtypes float16 --variants env --no-tinygemm
+    # probes: the K split with one column tile (16-column groups), 4 warps at 3 blocks per SM and
+    # 8 warps at 1 block per SM, against the chooser and the tensor-core kernel in one process
+    bench ksplit --m 8,16 --shapes gate/up,down --config-shapes gate/up,down --dtypes float16 \
+        --variants env,tensor_core --no-tinygemm --configs c2l4u4b3w4mk4,c2l4u4b1w8mk8
 fi
 wait
 if [ "$call" = 2 ]; then

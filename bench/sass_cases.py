@@ -117,3 +117,12 @@ CASES.update(_case(*c) for c in [
     ("float16", 64, True, 16, 4, 2, 3), ("float16", 128, True, 16, 4, 2, 3),
     ("bfloat16", 32, True, 16, 4, 2, 3), ("bfloat16", 128, True, 16, 4, 2, 3),
     ("float16", 16, True, 16, 4, 2, 2), ("float16", 16, True, 16, 2, 4, 3)])
+
+#: Session 20: the K split with one column tile (16-column groups: twice the groups of narrow N)
+#: at 4 and 8 warps per group, for gate/up and down at M = 8 and 16.
+CASES.update(_case(*c) for c in [
+    ("float16", 32, False, 16, 2, 4, 3, True, 4, 4), ("float16", 32, False, 16, 2, 2, 4, True, 4, 4),
+    ("bfloat16", 32, False, 16, 2, 4, 3, True, 4, 4), ("float16", 32, False, 16, 2, 2, 2, True, 8, 8),
+    ("float16", 32, False, 8, 2, 2, 2, True, 8, 8), ("float16", 32, False, 16, 2, 4, 2, True, 8, 8),
+    ("float16", 32, False, 16, 2, 4, 1, True, 8, 8), ("float16", 32, False, 8, 2, 4, 1, True, 8, 8),
+    ("bfloat16", 32, False, 16, 2, 4, 1, True, 8, 8)])
