@@ -6,14 +6,15 @@
 #           and every lm_head format, both dtypes, against the stream floor and tinygemm;
 #   CALL=2  issue 20: M = 2, 4, 8, 16 on every decode shape and lm_head (the chooser and the
 #           tensor-core kernel, tinygemm at the same M), the lm_head formats at M = 16; issue 21:
-#           the decode chain; probes of the K split with one column tile on gate/up and down.
+#           the decode chain; probes of the K split with one column tile on the decode shapes;
+#   CALL=3  those probes alone (any card).
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N bench/h200_targets_device.sh
 # (everything under $OUT ends in $OUT/h200-call<N>.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
-call=${CALL:?set CALL to 1 or 2}
+call=${CALL:?set CALL to 1, 2 or 3}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 lock="$out/gpu.lock"
@@ -50,10 +51,14 @@ elif [ "$call" = 2 ]; then
     bench lm24 --m 2,4 $lm --formats 32 --variants env
     bench fmt16a --m 16 $lm --formats 32,16,16+zp,32+zp --dtypes float16 --variants env --no-tinygemm
     bench fmt16b --m 16 $lm --formats 32,64,64+zp,128,128+zp --dtypes float16 --variants env --no-tinygemm
+fi
+if [ "$call" = 2 ] || [ "$call" = 3 ]; then
     # probes: the K split with one column tile (16-column groups), 4 warps at 3 blocks per SM and
-    # 8 warps at 1 block per SM, against the chooser and the tensor-core kernel in one process
-    bench ksplit --m 8,16 --shapes gate/up,down --config-shapes gate/up,down --dtypes float16 \
-        --variants env,tensor_core --no-tinygemm --configs c2l4u4b3w4mk4,c2l4u4b1w8mk8
+    # 8 warps at 1 block per SM, against the chooser, the tensor-core kernel and tinygemm
+    for m in 8 16; do
+        bench ksplit$m --m $m $small --config-shapes k/v,q/o,gate/up,gate_up,down --dtypes float16 \
+            --variants env,tensor_core --configs c2l4u4b3w4mk4,c2l4u4b1w8mk8
+    done
 fi
 wait
 if [ "$call" = 2 ]; then
@@ -64,5 +69,5 @@ if [ "$call" = 2 ]; then
         > "$out/decode-chain.log" 2>&1
     echo "decode chain exit $?"; tail -8 "$out/decode-chain.log"
 fi
-for f in "$out"/targets-*.log; do echo "== $f"; grep -E "^(floor|tinygemm|env|default|single|tensor)|wrote|Error|error:" "$f" | tail -40; done
+for f in "$out"/targets-*.log; do echo "== $f"; grep -E "^(floor|tinygemm|env|default|single|tensor|c[0-9])|wrote|Error|error:" "$f" | tail -40; done
 tar czf "$out/h200-call$call.tgz" -C "$out" --exclude "h200-call$call.tgz" . && ls -la "$out"
