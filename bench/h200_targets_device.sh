@@ -7,7 +7,7 @@
 #   CALL=2  issue 20: M = 2, 4, 8, 16 on every decode shape and lm_head (the chooser and the
 #           tensor-core kernel, tinygemm at the same M), the lm_head formats at M = 16; issue 21:
 #           the decode chain; probes of the K split with one column tile on the decode shapes;
-#   CALL=3  those probes alone (any card).
+#   CALL=3  those probes alone, and bs 16 + zp on lm_head at M = 16 (any card).
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N bench/h200_targets_device.sh
@@ -59,6 +59,10 @@ if [ "$call" = 2 ] || [ "$call" = 3 ]; then
         bench ksplit$m --m $m $small --config-shapes k/v,q/o,gate/up,gate_up,down --dtypes float16 \
             --variants env,tensor_core --configs c2l4u4b3w4mk4,c2l4u4b1w8mk8
     done
+    # bs 16 + zp at M = 16 (session 19's prepared probes): 2 blocks per SM (255 registers, no
+    # spill) or one column tile, against the chooser's 4 x 2 at 3 blocks and bs 32
+    bench zp16 --m 16 $lm --formats 32,16+zp --dtypes float16 --variants env --no-tinygemm \
+        --configs c4l4u2b2m,c2l4u4b3m
 fi
 wait
 if [ "$call" = 2 ]; then
