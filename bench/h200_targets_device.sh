@@ -74,4 +74,4 @@ if [ "$call" = 2 ]; then
     echo "decode chain exit $?"; tail -8 "$out/decode-chain.log"
 fi
 for f in "$out"/targets-*.log; do echo "== $f"; grep -E "^(floor|tinygemm|env|default|single|tensor|c[0-9])|wrote|Error|error:" "$f" | tail -40; done
-tar czf "$out/h200-call$call.tgz" -C "$out" --exclude "h200-call$call.tgz" . && ls -la "$out"
+tar czf "$out/h200-call$call.tgz" -C "$out" --exclude "h200-call$call.tgz" --exclude gpu.lock . && ls -la "$out"
