@@ -7,14 +7,15 @@
 #   CALL=2  issue 20: M = 2, 4, 8, 16 on every decode shape and lm_head (the chooser and the
 #           tensor-core kernel, tinygemm at the same M), the lm_head formats at M = 16; issue 21:
 #           the decode chain; probes of the K split with one column tile on the decode shapes;
-#   CALL=3  those probes alone, and bs 16 + zp on lm_head at M = 16 (any card).
+#   CALL=3  those probes alone, and bs 16 + zp on lm_head at M = 16 (any card);
+#   CALL=4  the one-tile K split as chosen (k/v, q/o, down at M = 5, 8, 16) and its GPU tests.
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N bench/h200_targets_device.sh
 # (everything under $OUT ends in $OUT/h200-call<N>.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
-call=${CALL:?set CALL to 1, 2 or 3}
+call=${CALL:?set CALL to 1, 2, 3 or 4}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 lock="$out/gpu.lock"
@@ -64,7 +65,20 @@ if [ "$call" = 2 ] || [ "$call" = 3 ]; then
     bench zp16 --m 16 $lm --formats 32,16+zp --dtypes float16 --variants env --no-tinygemm \
         --configs c4l4u2b2m,c2l4u4b3m
 fi
+if [ "$call" = 4 ]; then
+    # the one-tile K split as the chooser takes it (environment unset), against the tensor-core
+    # kernel and tinygemm in one process per row set; 5 rows are the rule's unmeasured edge
+    bench tile16 --m 16 --shapes k/v,q/o,down --variants env,tensor_core
+    bench tile58 --m 5,8 --shapes k/v,q/o,down --variants env,tensor_core
+fi
 wait
+if [ "$call" = 4 ]; then
+    timeout "${TESTS_S:-220}" python3 -m pytest -v -rs -p no:cacheprovider -n "$workers" --tb=short \
+        tests/test_default_mma_batch.py tests/test_tensor_core.py::test_batches_run_on_tensor_cores_and_say_why \
+        tests/test_tensor_core.py::test_through_gemv tests/test_default_kernel.py::test_through_gemv_every_dtype_and_batch \
+        > "$out/pytest-one-tile.log" 2>&1
+    echo "pytest exit $?"; grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$out/pytest-one-tile.log" | tail -8
+fi
 if [ "$call" = 2 ]; then
     mkdir -p "$out/chain"
     timeout "${CHAIN_S:-150}" python3 -m bench.decode_chain --out "$out/chain" --race 300 --configs \

@@ -125,4 +125,8 @@ CASES.update(_case(*c) for c in [
     ("bfloat16", 32, False, 16, 2, 4, 3, True, 4, 4), ("float16", 32, False, 16, 2, 2, 2, True, 8, 8),
     ("float16", 32, False, 8, 2, 2, 2, True, 8, 8), ("float16", 32, False, 16, 2, 4, 2, True, 8, 8),
     ("float16", 32, False, 16, 2, 4, 1, True, 8, 8), ("float16", 32, False, 8, 2, 4, 1, True, 8, 8),
-    ("bfloat16", 32, False, 16, 2, 4, 1, True, 8, 8)])
+    ("bfloat16", 32, False, 16, 2, 4, 1, True, 8, 8),
+    ("float16", 16, True, 16, 2, 4, 3, True, 4, 4), ("bfloat16", 16, True, 16, 2, 4, 3, True, 4, 4),
+    ("bfloat16", 128, True, 16, 2, 4, 3, True, 4, 4), ("float16", 16, True, 8, 2, 4, 3, True, 4, 4),
+    ("float16", 16, True, 16, 2, 2, 3, True, 4, 4), ("bfloat16", 16, True, 16, 2, 2, 3, True, 4, 4),
+    ("bfloat16", 128, True, 16, 2, 2, 3, True, 4, 4), ("bfloat16", 16, True, 8, 2, 4, 3, True, 4, 4)])

@@ -6,8 +6,9 @@ the registered descriptors (:mod:`.registry`); ``Tuning.variant`` names one of t
 
 * ``default`` (the environment unset): the default tiling at M = 1; for M >= 2, where one
   ``mma`` serves every row, the default tiling's tensor-core fold where N fills its persistent
-  grid (lm_head-wide N) or, past 8 rows, its K split gives every SM a block
-  (:func:`~.kernels.mma_tiling.mma_batch_reason`), else the tensor-core kernel
+  grid (lm_head-wide N) or its K split gives the SMs enough blocks (groups of 32 columns past 8
+  rows, of 16 on narrower N; :func:`~.kernels.mma_tiling.mma_batch_reason`), else the
+  tensor-core kernel
   (:mod:`.descriptors.tensor_core`, split K for narrow N);
 * a named kernel runs when its eligibility accepts the problem; a specialization that cannot
   take the problem falls back to that default, and the plan says why;
@@ -92,7 +93,7 @@ def _default_for(problem, tuning, multiprocessors):
     """``(kernel, why)``: what a call runs when no specialization takes it (``why`` is ``None``
     for the default tiling at M = 1). The default tiling's tensor-core fold needs ``cols`` left
     open or one of its column counts."""
-    fold = mma_batch_reason(problem.M, problem.N, multiprocessors)
+    fold = mma_batch_reason(problem.M, problem.N, problem.K, multiprocessors)
     if problem.M >= tensor_core.MIN_M and fold and tuning.cols in (None,) + MMA_BATCH_COLS:
         return FALLBACK, (f"M = {problem.M} >= {tensor_core.MIN_M}: the default tiling's "
                           f"tensor-core fold (one mma.sync.m16n8k16 per 8 rows), since {fold}")

@@ -118,7 +118,7 @@ def test_through_gemv_every_dtype_and_batch(rng, dtype, M):
     plan = ig.explain(a, w, bias=bias)
     # (M >= 2 runs the tensor-core kernel for narrow N, except where the fold's K split gives
     # every SM a block: past 8 rows on the simulator's one SM)
-    fold = M == 1 or mma_batch_reason(M, 11, device_facts()[1])
+    fold = M == 1 or mma_batch_reason(M, 11, 200, device_facts()[1])
     expected = "default" if fold else "tensor_core"
     assert plan.kernel == expected and plan.config.M == M and plan.config.dtype == dtype
     out = np.full((M, 11), np.nan, DTYPES[dtype])

@@ -98,8 +98,8 @@ def test_the_config_takes_m_above_one_only_with_its_tiling():
 
 # -- the dispatcher: M >= 2 on lm_head-wide N takes this fold -------------------------------------
 
-def _plan(M, N, zp=False, tuning=None, dtype="float16", sms=132):
-    return plan_gemv(Problem(M, N, 2048, 32, dtype, zp, False), resolve_tuning(tuning, environ={}),
+def _plan(M, N, zp=False, tuning=None, dtype="float16", sms=132, K=2048):
+    return plan_gemv(Problem(M, N, K, 32, dtype, zp, False), resolve_tuning(tuning, environ={}),
                      device_name="G", table={}, multiprocessors=sms)
 
 
@@ -135,9 +135,26 @@ def test_narrow_n_past_8_rows_takes_the_k_split(zp):
         assert (p.config.cols, p.config.unroll, p.config.blocks_per_sm, p.config.warps) == (4, 1, 3, 4)
         assert "K split" in p.reason and "6144" in p.reason
         assert "K split" in dict((n, s) for n, _, s in p.sources)["cols"]
-    assert _plan(9, 4224, zp).kernel == "default" and _plan(9, 4192, zp).kernel == "tensor_core"
+    assert _plan(9, 4224, zp).config.cols == 4 and _plan(9, 4192, zp).config.cols == 2
     assert _plan(8, 6144, zp).kernel == "tensor_core"       # level at M = 8 (H100)
-    assert _plan(16, 2048, zp).kernel == "tensor_core"      # down: 64 groups for 132 SMs
+
+
+@pytest.mark.parametrize("zp", [False, True])
+def test_narrower_n_takes_the_k_split_with_one_column_tile(zp):
+    # No group of 32 columns per SM (k/v 1024, q/o 2048, down 2048 x 6144 on 132 SMs): groups
+    # of 16 columns, from 5 rows where K gives a lane one step (K <= 2048), from 9 rows any K.
+    for M, N, K in [(5, 1024, 2048), (8, 2048, 2048), (9, 2048, 6144), (16, 4192, 2048),
+                    (16, 1024, 6144)]:
+        p = _plan(M, N, zp, K=K)
+        assert p.kernel == "default" and p.config.mma and p.config.ksplit == 4
+        unroll = 2 if zp and M > 8 else 4                  # 2 x 4 spills with zero points
+        assert (p.config.cols, p.config.unroll, p.config.blocks_per_sm, p.config.warps) == (2, unroll, 3, 4)
+        assert "groups of 16 columns" in p.reason and str(N) in p.reason
+    assert _plan(4, 2048, zp).kernel == "tensor_core"       # fewer rows: not measured
+    assert _plan(8, 2048, zp, K=2056).kernel == "tensor_core"   # down at M = 8: slower (H100)
+    assert _plan(16, 1016, zp).kernel == "tensor_core"      # narrower N: not measured
+    assert _plan(8, 4224, zp).kernel == "tensor_core"       # a group of 32 columns per SM
+    assert _plan(8, 4192, zp).kernel == "default"
 
 
 def test_named_kernels_and_given_columns_keep_their_meaning():
@@ -159,7 +176,7 @@ def _fold_choices():
     """Every M > 1 fold configuration ``choose_config`` gives the decode workload's shapes
     (``int4gemv/workloads``, lm_head included) on a 132-SM GPU for M = 2..16, fp16 and bf16,
     with and without zero points: one per tiling (columns, unroll, blocks per SM, K split,
-    dtype, zero points), at its fewest rows (rows past M predicated off; two row tiles from 9)."""
+    dtype, zero points, row tiles), at its fewest rows (rows past M predicated off)."""
     doc = json.loads(resources.files("int4gemv.workloads").joinpath(
         "qwen3_vl_2b_decode.json").read_text())
     found = {}
@@ -170,7 +187,8 @@ def _fold_choices():
                     c = choose_config(M, p["N"], p["K"], doc["block_size"], dtype, zp,
                                       multiprocessors=132)
                     if c.mma:
-                        found.setdefault((c.cols, c.unroll, c.blocks_per_sm, c.ksplit, dtype, zp), c)
+                        found.setdefault((c.cols, c.unroll, c.blocks_per_sm, c.ksplit, dtype, zp,
+                                          (M + 7) // 8), c)
     return list(found.values())
 
 

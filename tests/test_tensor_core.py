@@ -406,8 +406,8 @@ def plan(tuning=None, M=4, dtype="float16", bs=32, zp=False, table=None, environ
 @pytest.mark.parametrize("M", [2, 8, 16])
 @pytest.mark.parametrize("dtype, bs, zp", [("float16", 32, False), ("bfloat16", 128, True)])
 def test_batches_run_on_tensor_cores_and_say_why(M, dtype, bs, zp):
-    # N = 2048 past 8 rows: 64 groups of 32 columns leave the fold's K split SMs without a block
-    p = plan(M=M, dtype=dtype, bs=bs, zp=zp, N=6144 if M <= 8 else 2048)
+    # N = 512 past 8 rows: narrower than the fold's K splits take (32 or 16 columns a group)
+    p = plan(M=M, dtype=dtype, bs=bs, zp=zp, N=6144 if M <= 8 else 512)
     assert p.kernel == "tensor_core" and p.config.M == M and p.config.dtype == dtype
     for words in (f"M = {M} >= 2", "mma.sync", dtype, f"block_size {bs}",
                   "with zero points" if zp else "no zero points"):
@@ -442,7 +442,7 @@ def test_through_gemv(rng, dtype, M):
     a = rng.standard_normal((M, 200)).astype(DTYPES[dtype])
     bias = rng.standard_normal(21).astype(DTYPES[dtype])
     # past 8 rows, 21 columns give the simulator's one SM a block of the fold's K split
-    expected = "default" if mma_batch_reason(M, 21, device_facts()[1]) else "tensor_core"
+    expected = "default" if mma_batch_reason(M, 21, 200, device_facts()[1]) else "tensor_core"
     assert ig.explain(a, w, bias=bias).kernel == expected
     out = np.full((M, 21), np.nan, DTYPES[dtype])
     y = ig.gemv(a, w, bias=bias, out=out, tuning="tensor_core")

@@ -9,7 +9,8 @@ Configuration: :func:`~int4gemv.kernels.default.choose_config` fills what the
 default tiling does not use. At M = 1 with ``cols`` left open, large N takes the tensor-core fold
 once it is switched on (:func:`~int4gemv.kernels.default_config.mma_pays`,
 ``MMA_CHOSEN``; ``Tuning.cols`` set keeps the CUDA-core fold); at M >= 2 lm_head-wide N, and
-past 8 rows N with a block of 32 columns per SM, take the M > 1 tensor-core fold
+narrower N with a K split (past 8 rows N with a block of 32 columns per SM; from 1024 columns
+in blocks of 16), take the M > 1 tensor-core fold
 (:func:`~int4gemv.kernels.mma_tiling.mma_batch_reason`; with ``Tuning.cols`` 2 or 4 too).
 Activations are read 16 bytes at a time when their address is 16-byte aligned, else 2 bytes.
 """

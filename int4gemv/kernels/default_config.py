@@ -180,8 +180,8 @@ def choose_config(M, N, K, block_size, dtype, zero_points, *, act_aligned16=True
     :func:`.mma_tiling.mma_batch_tiling`'s columns, unroll, blocks per SM and K split."""
     row_bytes = -(-K // block_size) * block_size // 2
     weight_vector = bool(weight_aligned16) and row_bytes % 16 == 0
-    if cols in (None,) + MMA_BATCH_COLS and mma_batch_reason(M, N, multiprocessors):
-        chosen, unroll, blocks, ksplit = mma_batch_tiling(M, N, zero_points, multiprocessors)
+    if cols in (None,) + MMA_BATCH_COLS and mma_batch_reason(M, N, K, multiprocessors):
+        chosen, unroll, blocks, ksplit = mma_batch_tiling(M, N, K, zero_points, multiprocessors)
         cols = chosen if cols is None else cols
         per_lane = -(-K // 32 // MMA_LANES)
         while unroll > 1 and unroll > per_lane:
@@ -229,7 +229,7 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
         cols = (f"{config.cols} columns per lane step, {config.lanes} lanes per column at M = "
                 f"{config.M}: the tensor-core fold (mma.sync m16n8k16: {8 * config.cols} columns "
                 f"per warp are A, the rows B, one mma per 8 rows), since "
-                f"{mma_batch_reason(config.M, N, multiprocessors) or 'it was asked for'}")
+                f"{mma_batch_reason(config.M, N, K, multiprocessors) or 'it was asked for'}")
     elif config.mma:
         cols = (f"{config.cols} columns per lane step, {config.lanes} lanes per column at M = 1: the "
                 f"tensor-core fold (mma.sync m16n8k16: a warp's 16 columns are A), since N = {N} "
@@ -252,8 +252,8 @@ def choice_reasons(config: DefaultConfig, N: int, K: int, multiprocessors: int =
         unroll = f"1: each lane has one chunk of its column (K = {K}, {config.lanes} lanes)"
     elif config.mma and config.M > 1:
         unroll = (f"{config.unroll} chunks per lane step at M = {config.M} with {config.cols} "
-                  "columns per lane (the tensor-core fold's tiling for this M and zero-point "
-                  "setting, measured on lm_head; more spills)")
+                  "columns per lane (the tensor-core fold's tiling for this M, N and zero-point "
+                  "setting, measured on the decode shapes; more spills)")
     elif config.dtype == "bfloat16" and config.M > 1:
         unroll = "1 for bfloat16 at M > 1 (float32 pairs stay live; unroll 2 spilled on the H200)"
     elif config.mma:
