@@ -129,4 +129,6 @@ CASES.update(_case(*c) for c in [
     ("float16", 16, True, 16, 2, 4, 3, True, 4, 4), ("bfloat16", 16, True, 16, 2, 4, 3, True, 4, 4),
     ("bfloat16", 128, True, 16, 2, 4, 3, True, 4, 4), ("float16", 16, True, 8, 2, 4, 3, True, 4, 4),
     ("float16", 16, True, 16, 2, 2, 3, True, 4, 4), ("bfloat16", 16, True, 16, 2, 2, 3, True, 4, 4),
-    ("bfloat16", 128, True, 16, 2, 2, 3, True, 4, 4), ("bfloat16", 16, True, 8, 2, 4, 3, True, 4, 4)])
+    ("bfloat16", 128, True, 16, 2, 2, 3, True, 4, 4), ("bfloat16", 16, True, 8, 2, 4, 3, True, 4, 4),
+    ("float16", 32, False, 5, 2, 4, 3, True, 4, 4), ("bfloat16", 32, False, 5, 2, 4, 3, True, 4, 4),
+    ("bfloat16", 32, False, 8, 2, 4, 3, True, 4, 4), ("float16", 32, False, 8, 2, 4, 3, True, 4, 4)])
