@@ -135,10 +135,10 @@ def format_rows(doc) -> str:
 
 
 def format_markdown(doc) -> str:
-    """The README table: per shape, format and M the floor, each variant's µs (% of floor) per
-    dtype, and tinygemm (bs 32 without zero points); generated from the results file, never
-    typed."""
-    rows = [r for r in doc["rows"] if r["kind"] == "int4gemv" and r.get("us")]
+    """The README table: per shape, format and M the floor, each variant's (then each probe
+    configuration's) µs (% of floor) per dtype, and tinygemm (bs 32 without zero points);
+    generated from the results file, never typed."""
+    rows = [r for r in doc["rows"] if r["kind"] in ("int4gemv", "probe") and r.get("us")]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     cols = [(v, d) for v in variants for d in ("float16", "bfloat16")
             if any(r["variant"] == v and r["dtype"] == d for r in rows)]

@@ -137,6 +137,15 @@ def test_the_batch_targets_judge_the_environment_unset_rows():
     assert "| lm_head | 32 | no | 16 | 60.00 | 90.00 (67%) | 95.00 (63%) | 120.00 (50%) | 340.00 |" in md
 
 
+def test_the_markdown_table_shows_probe_configurations_after_the_variants():
+    doc = batch_doc()
+    doc["rows"].append(dict(doc["rows"][-1], kind="probe", variant="c2l4u4b3w4mk4", us=80.0,
+                            pct_floor=75.0))
+    md = format_markdown(doc)
+    assert "| tensor_core fp16 | c2l4u4b3w4mk4 fp16 | tinygemm µs |" in md
+    assert "| 120.00 (50%) | 80.00 (75%) | 340.00 |" in md
+
+
 def test_probe_configs_parse_or_are_refused():
     from bench.target_probes import parse_config
 
