@@ -11,14 +11,7 @@ set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
-lock="$out/gpu.lock"
-
-bench() {   # name, then bench.targets arguments
-    local name=$1; shift
-    mkdir -p "$out/$name"
-    timeout "${BENCH_S:-330}" python3 -m bench.targets --out "$out/$name" --quick --gpu-lock "$lock" "$@" \
-        > "$out/targets-$name.log" 2>&1 &
-}
+. "$(dirname "$0")/device_bench.sh"   # bench NAME ARGS...
 lm="--shapes lm_head --config-shapes lm_head"
 if [ "${CALL:-2}" = 1 ]; then   # call 1 (a4740cc)
 bench m8 --m 8 $lm --formats 32 --dtypes float16 --variants tensor_core --configs c2l4u2b4m,c2l4u4b4m

@@ -18,15 +18,8 @@ out=${OUT:?set OUT to the folder for logs and results}
 call=${CALL:?set CALL to 1, 2, 3 or 4}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
-lock="$out/gpu.lock"
 workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)))")
-
-bench() {   # name, then bench.targets arguments
-    local name=$1; shift
-    mkdir -p "$out/$name"
-    timeout "${BENCH_S:-300}" python3 -m bench.targets --out "$out/$name" --quick --gpu-lock "$lock" "$@" \
-        > "$out/targets-$name.log" 2>&1 &
-}
+. "$(dirname "$0")/device_bench.sh"   # bench NAME ARGS...
 lm="--shapes lm_head"
 small="--shapes k/v,q/o,gate/up,gate_up,down"
 
