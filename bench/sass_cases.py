@@ -119,7 +119,7 @@ CASES.update(_case(*c) for c in [
     ("float16", 16, True, 16, 4, 2, 2), ("float16", 16, True, 16, 2, 4, 3)])
 
 #: Session 20: the K split with one column tile (16-column groups: twice the groups of narrow N)
-#: at 4 and 8 warps per group, for gate/up and down at M = 8 and 16.
+#: at 4 and 8 warps per group, at M = 5, 8 and 16, with zero points at unroll 4 and 2.
 CASES.update(_case(*c) for c in [
     ("float16", 32, False, 16, 2, 4, 3, True, 4, 4), ("float16", 32, False, 16, 2, 2, 4, True, 4, 4),
     ("bfloat16", 32, False, 16, 2, 4, 3, True, 4, 4), ("float16", 32, False, 16, 2, 2, 2, True, 8, 8),
