@@ -4,14 +4,16 @@
 #   CALL=1  issue 22 on the real driver (the lifecycle and call-path tests, the replay/capture
 #           race 50 times, the 12 s stress), eager latency, then issue 19: every shape at M = 1
 #           and every lm_head format, both dtypes, against the stream floor and tinygemm;
-#   CALL=2  issue 20: M = 2, 4, 8, 16 on every decode shape and lm_head (the chooser and the
-#           tensor-core kernel, tinygemm at the same M), the lm_head formats at M = 16; issue 21:
-#           the decode chain; probes of the K split with one column tile on the decode shapes;
+#   CALL=2  issue 20: M = 2, 4, 5, 8, 16 on every decode shape and M = 2, 4, 8, 16 on lm_head (the
+#           chooser and the tensor-core kernel, tinygemm at the same M), the lm_head formats at
+#           M = 16; issue 21: the decode chain (with the chooser's kernels and the fused split-K
+#           down too); probes of the K split with one column tile on the decode shapes;
 #   CALL=3  those probes alone, and bs 16 + zp on lm_head at M = 16 (any card);
 #   CALL=4  the one-tile K split as chosen (k/v, q/o, down at M = 5, 8, 16) and its GPU tests.
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
-# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N bench/h200_targets_device.sh
+# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] bench/h200_targets_device.sh
+# (PROBES=0: call 2 without the probes of call 3)
 # (everything under $OUT ends in $OUT/h200-call<N>.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
@@ -40,13 +42,13 @@ if [ "$call" = 1 ]; then
     bench m1lm64 --m 1 $lm --formats 32,64,64+zp,128,128+zp --variants default,env
 elif [ "$call" = 2 ]; then
     bench small816 --m 8,16 $small --variants env,tensor_core
-    bench small24 --m 2,4 $small --variants env
+    bench small245 --m 2,4,5 $small --variants env
     bench lm816 --m 8,16 $lm --formats 32 --variants env,tensor_core
     bench lm24 --m 2,4 $lm --formats 32 --variants env
     bench fmt16a --m 16 $lm --formats 32,16,16+zp,32+zp --dtypes float16 --variants env --no-tinygemm
     bench fmt16b --m 16 $lm --formats 32,64,64+zp,128,128+zp --dtypes float16 --variants env --no-tinygemm
 fi
-if [ "$call" = 2 ] || [ "$call" = 3 ]; then
+if [ "$call" = 3 ] || { [ "$call" = 2 ] && [ "${PROBES:-1}" = 1 ]; }; then   # PROBES=0: none in call 2
     # probes: the K split with one column tile (16-column groups), 4 warps at 3 blocks per SM and
     # 8 warps at 1 block per SM, against the chooser, the tensor-core kernel and tinygemm
     for m in 8 16; do
@@ -76,6 +78,7 @@ if [ "$call" = 2 ]; then
     mkdir -p "$out/chain"
     timeout "${CHAIN_S:-150}" python3 -m bench.decode_chain --out "$out/chain" --race 300 --configs \
         merged:single_warp+pdl:qkv=4x4s:o=4x4s:gate_up=4x4s:down=4x4k4:silu=fused merged:default+pdl \
+        merged:default+pdl:down=4x4k4:silu=fused \
         separate:single_warp+pdl:q=4x4s:k=4x4s:v=4x4s:o=4x4s:gate=4x4s:up=4x4s:down=4x4k4:silu=fused \
         > "$out/decode-chain.log" 2>&1
     echo "decode chain exit $?"; tail -8 "$out/decode-chain.log"
