@@ -10,7 +10,8 @@ from numba import config, cuda
 from int4gemv.kernels import bf16
 from int4gemv.kernels.half2 import (NO_ZP_HIGH, NO_ZP_LOW, dequant8, offset_pairs8, pair_words,
                                     zero_point_constants)
-from int4gemv.kernels.intrinsics import and_or, float_as_int, int_as_float, pack_half2, prefetch_l2
+from int4gemv.kernels.intrinsics import (and_or, bf16_bits, float_as_int, int_as_float, pack_half2,
+                                        prefetch_l2)
 from int4gemv.kernels.vector_loads import load4, load8, load16, prefetch_l1
 
 LANES = 32
@@ -212,3 +213,35 @@ def test_bf16_row_scale_pack_half2_and_half_pairs_match_their_definitions(rng):
         for k, (p, q) in enumerate(pairs):
             expect = np.array([p, q]).astype(np.float16).view(np.uint32)[0]
             assert got[i, 2 + k] == expect or np.isnan(_halves(got[i, 2 + k])).any()
+
+
+@cuda.jit
+def _bf16_bits_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = bf16_bits(x[i])
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+def test_bf16_bits_rounds_to_nearest_even_as_ml_dtypes_does(rng):
+    # cvt.rn.bf16.f32, how every bf16 output is written: ties both ways, the largest finite
+    # bf16 and the float32 past it (overflow to infinity), subnormals of both types, zeros,
+    # infinities, NaN (the hardware's canonical NaN; any NaN is accepted), then random bits.
+    import ml_dtypes
+
+    edges = np.array([0x3F808000, 0x3F818000, 0x3F807FFF, 0x3F808001, 0xBF808000, 0x7F7F7FFF,
+                      0x7F7F8000, 0x7F7FFFFF, 0xFF7F8000, 0x00008000, 0x00018000, 0x00000001,
+                      0x80008000, 0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000,
+                      0xFFC00001, 0x7F800001], np.uint32)
+    bits = rng.integers(0, 2**32, 4 * LANES, dtype=np.uint64).astype(np.uint32)
+    bits[:len(edges)] = edges
+    x = bits.view(np.float32)
+    out = cuda.to_device(np.zeros(x.shape[0], np.uint16))
+    _bf16_bits_kernel[4, LANES](cuda.to_device(x), out)
+    got = out.copy_to_host()
+    want = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+    nan = np.isnan(x)
+    assert np.all(np.isnan(got[nan].view(ml_dtypes.bfloat16).astype(np.float32)))
+    np.testing.assert_array_equal(got[~nan], want[~nan])
+    assert got[0] == 0x3F80 and got[1] == 0x3F82 and got[6] == 0x7F80   # ties to even, overflow

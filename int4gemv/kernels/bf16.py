@@ -2,8 +2,8 @@
 
 bf16 values travel as their uint16 bits (Numba has no bf16 type). A uint32 holding two bf16,
 ``(x0 in bits 0..15, x1 in bits 16..31)``, gives its float32 values with one instruction each:
-``x << 16`` and ``x & 0xFFFF0000``. :func:`to_bf16_bits` rounds a float32 to bf16 bits
-(round to nearest, ties to even; NaN stays NaN).
+``x << 16`` and ``x & 0xFFFF0000``; a float32 becomes bf16 bits through
+:func:`.intrinsics.bf16_bits` (``cvt.rn.bf16.f32``: round to nearest, ties to even).
 
 The M = 1 loop of the default tiling runs bf16 through its fp16 arithmetic on a row scaled by a
 power of two: with ``2**s`` chosen from the row's largest magnitude (:func:`row_scales`) so that
@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .intrinsics import float_as_int, int_as_float, pack_half2
+from .intrinsics import int_as_float, pack_half2
 
-__all__ = ["low_value", "high_value", "to_bf16_bits", "magnitude_top", "row_scales", "half_pairs",
+__all__ = ["low_value", "high_value", "magnitude_top", "row_scales", "half_pairs",
            "MAX_SHIFT"]
 
 _HIGH = np.uint32(0xFFFF0000)
@@ -32,11 +32,6 @@ _LOW = np.uint32(0x7FFF)                # a half's magnitude bits
 #: outside it fold in float32 (a larger shift could overflow or underflow the float32 sums).
 MAX_SHIFT = 32
 _CENTER = 134                          # the exponent field of [128, 256): 127 + 7
-
-
-@cuda.jit(device=True, inline=True)
-def _float_bits(x):
-    return np.uint32(float_as_int(x))
 
 
 @cuda.jit(device=True, inline=True)
@@ -49,16 +44,6 @@ def low_value(x):
 def high_value(x):
     """float32 value of the bf16 in bits 16..31 of uint32 ``x``."""
     return int_as_float(np.int32(x & _HIGH))
-
-
-@cuda.jit(device=True, inline=True)
-def to_bf16_bits(x):
-    """bf16 bits (uint16) of float32 ``x``, rounded to nearest, ties to even."""
-    u = _float_bits(x)
-    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):  # NaN: keep it a (quiet) NaN
-        return np.uint16((u >> np.uint32(16)) | np.uint32(0x40))
-    u = u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
-    return np.uint16(u >> np.uint32(16))
 
 
 @cuda.jit(device=True, inline=True)

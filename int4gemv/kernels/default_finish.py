@@ -9,7 +9,7 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
-from .intrinsics import shfl_xor
+from .intrinsics import bf16_bits, shfl_xor
 
 __all__ = ["lanes_finish", "output_access"]
 
@@ -31,7 +31,7 @@ def output_access(dtype):
         if F16:
             out[np.uint64(i)] = y
         else:
-            out[np.uint64(i)] = bf16.to_bf16_bits(y)
+            out[np.uint64(i)] = bf16_bits(y)
 
     return bias_at, store
 

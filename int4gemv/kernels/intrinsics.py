@@ -2,7 +2,7 @@
 
 On hardware these are libdevice / warp intrinsics and small inline-PTX functions: ``fma.rn.f16x2``,
 ``fma.rn.bf16x2``, ``lop3.b32``,
-``cvt.rn.f16x2.f32`` and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is
+``cvt.rn.f16x2.f32``, ``cvt.rn.bf16.f32`` and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is
 carried as the uint32 holding its bits, low half = element 0), the two ``griddepcontrol`` instructions of a
 programmatic dependent launch and a bulk L2 prefetch (a no-op on the simulator). Numba's
 simulator (``NUMBA_ENABLE_CUDASIM=1``) has no warp shuffles and its libdevice functions are empty,
@@ -21,7 +21,8 @@ from numba import cuda
 
 from ..device import simulated
 
-__all__ = ["int_as_float", "float_as_int", "half2_fma", "bf16x2_fma", "half2_sum", "and_or", "pack_half2", "wait_for_previous_grid",
+__all__ = ["int_as_float", "float_as_int", "half2_fma", "bf16x2_fma", "half2_sum", "and_or", "pack_half2", "bf16_bits",
+           "wait_for_previous_grid",
            "allow_next_grid", "prefetch_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
@@ -70,6 +71,15 @@ if SIMULATED:
         with np.errstate(over="ignore"):
             r = np.array([lo, hi], np.float32).astype(np.float16)
         return np.uint32(r.view(np.uint32)[0])
+
+    def bf16_bits(x):
+        """``cvt.rn.bf16.f32``: the bf16 bits (uint16) of float32 ``x``, rounded to nearest even
+        (overflow gives infinity, subnormals kept); a NaN gives the canonical NaN ``0x7FFF``.
+        Bit arithmetic, so that its test against ml_dtypes' cast checks two derivations."""
+        u = int(np.array(x, dtype=np.float32).view(np.uint32)[()])
+        if u & 0x7FFFFFFF > 0x7F800000:
+            return np.uint16(0x7FFF)
+        return np.uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
 
     def wait_for_previous_grid():
         """No-op: the simulator runs launches one after another."""
@@ -151,6 +161,16 @@ else:
             return builder.call(asm, [context.cast(builder, v, t, types.float32)
                                       for v, t in zip(args, signature.args)])
         return types.uint32(lo, hi), codegen
+
+    @intrinsic
+    def bf16_bits(typingctx, x):
+        """``cvt.rn.bf16.f32``: the bf16 bits (uint16) of float32 ``x``, rounded to nearest even;
+        one instruction, where the rounding written out costs six and a NaN branch."""
+        def codegen(context, builder, signature, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(16), [ir.FloatType()]),
+                               "cvt.rn.bf16.f32 $0, $1;", "=h,f")
+            return builder.call(asm, [context.cast(builder, args[0], signature.args[0], types.float32)])
+        return types.uint16(x), codegen
 
     @intrinsic
     def half2_sum(typingctx, x):

@@ -14,6 +14,7 @@ import numpy as np
 from numba import cuda, float32
 
 from . import bf16
+from .intrinsics import bf16_bits
 from .tensor_core_config import TILE_COLS
 
 __all__ = ["split_k_epilogue"]
@@ -44,7 +45,7 @@ def split_k_epilogue(f16: bool, row_tiles: int, tiles: int, ksplit: int):
             if F16:
                 out[m * N + n] = y
             else:
-                out[m * N + n] = bf16.to_bf16_bits(y)
+                out[m * N + n] = bf16_bits(y)
 
     @cuda.jit(device=True, inline=True)
     def reduce_and_store(red, acc, warp, lane, kpart, stores, col0, g, t, N, M, bias, has_bias,
