@@ -57,8 +57,8 @@ def _scalar_param(value):
 
 
 _LIBCUDA = {}
-#: ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``
-_PROGRAMMATIC = 6
+#: ``CU_LAUNCH_ATTRIBUTE_COOPERATIVE``, ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``
+_COOPERATIVE, _PROGRAMMATIC = 2, 6
 
 
 class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute
@@ -114,12 +114,14 @@ class BoundLaunch:
 
     ``programmatic``: launch with programmatic stream serialization (``cuLaunchKernelEx``): the
     kernel may start before the previous kernel in the stream has finished, so it must call
-    ``griddepcontrol.wait`` before touching anything that kernel writes.
+    ``griddepcontrol.wait`` before touching anything that kernel writes. ``cooperative``: a
+    cooperative launch: every block of the grid is resident at once (the driver refuses a grid
+    that cannot be), so blocks may wait for each other.
     """
 
     __slots__ = ("_call", "_head", "_tail", "_params", "_values", "_config", "_attribute")
 
-    def __init__(self, dispatcher, args, grid, block, shared=0, programmatic=False):
+    def __init__(self, dispatcher, args, grid, block, shared=0, programmatic=False, cooperative=False):
         from numba.cuda.typing.typeof import Purpose, typeof
 
         sig = tuple(typeof(a, Purpose.argument) for a in args)
@@ -133,11 +135,14 @@ class BoundLaunch:
         self._values = values
         self._params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         self._config = self._attribute = None
-        if programmatic:
-            self._attribute = _LaunchAttribute(id=_PROGRAMMATIC)
-            self._attribute.value[0] = 1
+        ids = [i for i, on in ((_PROGRAMMATIC, programmatic), (_COOPERATIVE, cooperative)) if on]
+        if ids:
+            self._attribute = (_LaunchAttribute * len(ids))()
+            for attribute, i in zip(self._attribute, ids):
+                attribute.id, attribute.value[0] = i, 1
+            attrs = ctypes.cast(self._attribute, ctypes.POINTER(_LaunchAttribute))
             self._config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
-                                         int(shared), None, ctypes.pointer(self._attribute), 1)
+                                         int(shared), None, attrs, len(ids))
             self._call = _driver_function("cuLaunchKernelEx")
             self._head = (ctypes.byref(self._config), handle)
         else:
@@ -166,17 +171,18 @@ class _NumbaLaunch:
 
     __slots__ = ("_dispatcher", "_config", "_args")
 
-    def __init__(self, dispatcher, args, grid, block, shared=0, programmatic=False):
+    def __init__(self, dispatcher, args, grid, block, shared=0, programmatic=False, cooperative=False):
         self._dispatcher, self._config, self._args = dispatcher, (tuple(grid), tuple(block), 0, shared), args
 
     def launch(self, stream_handle=0):
         self._dispatcher[self._config](*self._args)
 
 
-def bind(dispatcher, args, grid, block, shared=0, programmatic=False):
+def bind(dispatcher, args, grid, block, shared=0, programmatic=False, cooperative=False):
     """A launch of ``dispatcher`` with ``args`` bound (compiling for their types if needed);
-    ``shared`` is the dynamic shared memory in bytes; ``programmatic`` see :class:`BoundLaunch`
-    (the simulator runs every launch in order)."""
+    ``shared`` is the dynamic shared memory in bytes; ``programmatic``, ``cooperative`` see
+    :class:`BoundLaunch` (the simulator runs every launch in order, its blocks one by one: a
+    kernel whose blocks wait for each other runs there as one block)."""
     if simulated():
         return _NumbaLaunch(dispatcher, args, grid, block, shared)
-    return BoundLaunch(dispatcher, args, grid, block, shared, programmatic)
+    return BoundLaunch(dispatcher, args, grid, block, shared, programmatic, cooperative)

@@ -9,6 +9,8 @@ times fewer simulated threads than its default 4). Full-size runs: ``tests/test_
 
 import math
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -254,16 +256,73 @@ def test_captured_chain_replays_like_eager_and_releases_everything(rng, tiny_cha
 
 # -- the experimental persistent chain kernel ------------------------------------------------------
 
-def test_persistent_chain_matches_float64_with_phases_spread_over_blocks(rng, tiny_chain):
+#: Widths for the persistent kernel: every K (64, 96) several chunks, N not a multiple of a group.
+PERSISTENT = ChainShape(layers=2, hidden=64, intermediate=96, q_dim=64, kv_dim=24, vocab=40)
+
+
+@pytest.fixture(scope="module")
+def persistent_chain():
+    return random_chain(PERSISTENT, seed=5)
+
+
+@pytest.mark.parametrize("block_size", [32, 64])
+def test_persistent_chain_matches_float64_in_one_launch(rng, persistent_chain, block_size):
     from int4gemv.decode.persistent import PersistentChain
 
-    chain = PersistentChain(*tiny_chain, max_items=3)  # every phase has >= 4 items: >= 2 blocks each
-    items = chain.phases.copy_to_host()[:, -1]
-    assert chain.blocks * 3 >= items.sum() and items.min() >= 4 and chain.launches == 2
-    x = rng.standard_normal(TINY.hidden).astype(np.float16)
-    chain.logits.copy_to_device(np.full(TINY.vocab, np.nan, np.float16))
+    # one lane per column, one chunk a step: every K takes 2-4 steps, and the grid barrier runs
+    # between every two phases (one block: the simulator runs blocks one after another); at
+    # block size 64 two chunks share a scale
+    shape = replace(PERSISTENT, intermediate=128, block_size=block_size)
+    weights = persistent_chain if block_size == 32 else random_chain(shape, seed=6)
+    if block_size == 32:
+        shape = PERSISTENT
+    chain = PersistentChain(*weights, lanes=1, unroll=1)
+    assert chain.launches == 2 and chain.blocks == 1
+    x = rng.standard_normal(shape.hidden).astype(np.float16)
+    chain.logits.copy_to_device(np.full(shape.vocab, np.nan, np.float16))
     logits = chain.run(x)
-    np.testing.assert_array_equal(chain.completed(), items)  # every counter reached its phase's items
-    assert relative_error(logits, reference_logits(*tiny_chain, x)) < tolerance(TINY.layers)
-    with pytest.raises(ValueError, match="cannot cover"):
-        PersistentChain(*tiny_chain, blocks=2, max_items=3)
+    np.testing.assert_array_equal(chain.completed(), np.ones(len(chain.phases), np.int32))
+    assert relative_error(logits, reference_logits(*weights, x)) < tolerance(shape.layers)
+
+
+@pytest.mark.parametrize("lanes, cols, unroll", [(2, 1, 1), (4, 2, 1), (1, 4, 2)])
+def test_persistent_chain_spread_over_blocks_is_the_one_launch(rng, persistent_chain, lanes, cols, unroll):
+    from int4gemv.decode.persistent import PersistentChain
+
+    x = rng.standard_normal(PERSISTENT.hidden).astype(np.float16)
+    one = PersistentChain(*persistent_chain, lanes=lanes, cols=cols, unroll=unroll).run(x)
+    spread = PersistentChain(*persistent_chain, lanes=lanes, cols=cols, unroll=unroll, blocks=3,
+                             split_phases=True)
+    assert spread.launches == 1 + len(spread.phases)
+    spread.logits.copy_to_device(np.full(PERSISTENT.vocab, np.nan, np.float16))
+    np.testing.assert_array_equal(spread.run(x), one)   # the same sums in the same order
+    np.testing.assert_array_equal(spread.completed(), np.full(len(spread.phases), 3, np.int32))
+    assert relative_error(one, reference_logits(*persistent_chain, x)) < tolerance(PERSISTENT.layers)
+
+
+def test_persistent_phase_tiling_fills_one_round_of_the_grid():
+    from int4gemv.decode.persistent import phase_tiling
+
+    warps = 4 * 4 * 132   # the H100/H200 grid: 4 blocks of 4 warps per SM
+    assert [phase_tiling(N, K, 32, warps) for N, K in ((4096, 2048), (2048, 2048), (12288, 2048),
+                                                          (2048, 6144), (151936, 2048))] == \
+        [(2, 2), (1, 2), (4, 2), (1, 2), (4, 2)]
+    assert phase_tiling(64, 96, 1, 4) == (1, 2) and phase_tiling(16, 64, 4, 8) == (1, 1)
+    assert phase_tiling(10000, 6144, 32, 8) == (4, 2)   # no tiling fits one round; 6 chunks, 3 steps
+    assert phase_tiling(10000, 5120, 32, 8) == (4, 2)   # 5 chunks: 3 steps of at most 2
+
+
+def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
+    from int4gemv.decode.persistent import PersistentChain
+
+    layers, lm_head = persistent_chain
+    for kwargs, match in ((dict(lanes=3), "lanes"), (dict(cols=5), "cols"), (dict(unroll=0), "unroll"),
+                          (dict(blocks=True), "blocks")):
+        with pytest.raises(ValueError, match=match):
+            PersistentChain(layers, lm_head, **kwargs)
+    with pytest.raises(TypeError, match="split_phases"):
+        PersistentChain(layers, lm_head, split_phases=1)
+    odd = random_chain(ChainShape(layers=1, hidden=64, intermediate=96, q_dim=64, kv_dim=24, vocab=40,
+                                  block_size=16), seed=1)
+    with pytest.raises(ValueError, match="block size 32, 64 or 128"):
+        PersistentChain(*odd)

@@ -108,7 +108,7 @@ def test_persistent_chain_experiment_is_correct_and_race_free(full_chain, provid
     chain = PersistentChain(layers, lm_head)
     eager = chain.run(x)
     assert relative_error(eager, ref) < tolerance(shape.layers)
-    np.testing.assert_array_equal(chain.completed(), chain.phases.copy_to_host()[:, -1])
+    np.testing.assert_array_equal(chain.completed(), np.full(len(chain.phases), chain.blocks, np.int32))
     graph = chain.capture(provider, 3, x)
     mismatched = []
     for i in range(RACE_RUNS):

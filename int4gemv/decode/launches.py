@@ -41,7 +41,8 @@ def _dims(name, value):
     return tuple(int(v) for v in value) + (1,) * (3 - len(value))
 
 
-def bound_kernel(kernel, args, grid, block, *, shared=0, programmatic=False, stamps=None, slot=0):
+def bound_kernel(kernel, args, grid, block, *, shared=0, programmatic=False, cooperative=False,
+                 stamps=None, slot=0):
     """``launcher.bind`` of ``kernel`` (or its stamped form when ``stamps`` is given, the stamp
     buffer and ``slot`` appended to ``args``) on a 1-D ``grid`` (an int or a tuple), with
     ``shared`` bytes of dynamic shared memory."""
@@ -50,7 +51,7 @@ def bound_kernel(kernel, args, grid, block, *, shared=0, programmatic=False, sta
         raise ValueError(f"grid must be a 1-D launch (x, 1, 1); got {grid}")
     if stamps is not None:
         kernel, args = stamped(kernel), tuple(args) + (stamps, int(slot))
-    return bind(kernel, tuple(args), grid, block, int(shared), programmatic)
+    return bind(kernel, tuple(args), grid, block, int(shared), programmatic, cooperative)
 
 
 class GemvLaunch:
@@ -108,14 +109,16 @@ class KernelLaunch:
     """A Numba kernel with fixed geometry and arguments, as a chain operation: ``op(stream)``
     launches it on ``stream`` (anything :func:`int4gemv.device.stream_handle` accepts).
     ``programmatic``: a programmatic dependent launch (the kernel must call
-    ``griddepcontrol.wait`` before reading what earlier launches wrote); ``stamps``, ``slot``:
+    ``griddepcontrol.wait`` before reading what earlier launches wrote); ``cooperative``: every
+    block resident at once (see :class:`~int4gemv.launcher.BoundLaunch`); ``stamps``, ``slot``:
     launch its stamped form (see :class:`GemvLaunch`)."""
 
-    def __init__(self, kernel, grid, block, *args, programmatic=False, stamps=None, slot=0):
+    def __init__(self, kernel, grid, block, *args, programmatic=False, cooperative=False, stamps=None,
+                 slot=0):
         self.kernel, self.args = kernel, args
         self.grid, self.block = _dims("grid", grid), _dims("block", block)
         self.bound = bound_kernel(kernel, args, self.grid, self.block, programmatic=programmatic,
-                                  stamps=stamps, slot=slot)
+                                  cooperative=cooperative, stamps=stamps, slot=slot)
 
     def __call__(self, stream=None):
         self.bound.launch(stream_handle(stream))

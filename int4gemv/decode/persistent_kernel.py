@@ -1,125 +1,236 @@
 """Experimental persistent chain kernel: one launch runs every GEMV phase of a decode step.
 
-Blocks claim work items (``WARPS`` columns of one phase, one warp per column) in order from a
-global counter, so item ``i`` is only ever claimed after items ``0 .. i-1``. Before an item
-reads its activations, its block waits until the phase before it is complete (a per-phase
-completion counter in global memory); since every item of that phase waited for its own
-predecessor, all earlier phases are then complete too. A claimed item only waits on items
-claimed earlier, which are held by running blocks, so the scheme cannot deadlock whether or not
-all blocks are resident (and on the simulator, whose blocks run one after another, block 0 simply
-finds every dependency done). The item's first weight words are loaded *before* the wait, so
-weight streaming overlaps the previous phase's tail.
+**Schedule (static).** Warp ``gw = block * WARPS + warp`` of a grid of ``G`` warps takes the column
+groups ``gw, gw + G, ...`` of every phase, in phase order. A group is ``P * cols`` columns, ``P =
+32 / lanes`` column slots of ``lanes`` lanes (``cols`` per phase, at most :data:`MAX_COLS`): lane
+``s`` of slot ``q`` takes the columns ``g * P * cols + q + c * P`` and their 32-element chunks ``s,
+s + lanes, ...``, ``unroll`` chunks (per phase, at most :data:`MAX_UNROLL`) a step, every 16-byte
+weight load of a step issued before any is used. The arithmetic is the default tiling's M = 1
+fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired fp16 activations, 8 products a half in
+fp16, then float32 with the group's scale).
 
-Phases are rows of an int64 table (see :data:`PHASE_FIELDS`); weights of all phases live in one
-flat uint32 word buffer and one flat fp16 scale buffer, activations in one flat fp16 buffer.
-A phase with ``silu = 1`` reads ``silu(a[k]) · a[K + k]`` as its activation (the gate/up output),
-so silu·mul is fused into the down projection. Symmetric weights only (zero point 8).
-Activations are read with ``ld.global.cg`` (L2, not L1): other SMs wrote them during this launch.
+**Phase boundaries are grid barriers.** When a block's warps have stored a phase's outputs, each
+warp issues the loads of its first step of the next phase (the weights never depend on an
+earlier phase: they fly while the barrier waits), then the block arrives at the phase's counter
+``done[p]`` and waits until all ``gridDim.x`` blocks have. The grid must therefore be resident at
+once: it is launched cooperatively (the driver refuses a grid that cannot be). After the barrier
+the block stages the phase's activation row in shared memory (:func:`~int4gemv.kernels.
+vector_loads.load16_l2`: other blocks wrote it in this launch), re-paired as the default tiling's
+stage (:data:`CHUNK_STRIDE`), with ``silu(g)·u`` rounded to fp16 for a ``silu`` phase (gate/up's
+outputs ``g`` at ``act``, ``u`` at ``act + K``); the bias (the residual) is read from L2 too.
+
+**Launches.** ``kernel(packed, scales, acts, phases, done, first, last)`` runs phases ``first ..
+last - 1`` with a barrier between two of them; every block counts every phase it ends in
+``done`` (so a launch per phase, which the simulator's tests use to run several blocks, counts
+as one launch of all). Symmetric weights (zero point 8), block sizes 32, 64, 128, K a multiple of
+32 and at most :data:`MAX_K`; fp16. Phases are rows of an int64 table (:data:`PHASE_FIELDS`).
 """
 
 from __future__ import annotations
 
-import math
+import functools
 
 import numpy as np
-from numba import config, cuda, float32, int32, uint32
+from numba import cuda, float32, uint32
 
-from ..kernels.intrinsics import warp_sum
+from ..kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, pair_words
+from ..kernels.intrinsics import SIMULATED, half2_sum, pack_half2, shfl_xor
+from ..kernels.nibble_pairs import half_high, half_low
+from ..kernels.vector_loads import load16, load16_l2
+from .silu_mul import silu_times
 
-__all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS", "PRELOAD"]
+__all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS", "BLOCKS_PER_SM", "MAX_COLS",
+           "MAX_UNROLL", "MAX_K", "CHUNK_STRIDE"]
 
-#: Columns of one work item: one warp each.
-WARPS = 4
-#: Weight words per lane loaded before the dependency wait.
-PRELOAD = 4
-#: Columns of the phase table: word offset, scale offset, K, N, words per column, block size,
-#: activation offset, silu flag, bias offset (-1: none), output offset, first item, items.
-PHASE_FIELDS = ("words", "scales", "K", "N", "stride", "block_size", "act", "silu", "bias", "out",
-                "first_item", "items")
+#: Warps of a block; blocks per SM of the GPU's grid (its launch bounds).
+WARPS, BLOCKS_PER_SM = 4, 4
+#: The largest columns per lane and chunks per step a phase may take (the registers compiled).
+MAX_COLS, MAX_UNROLL = 4, 2
+#: The longest activation row the shared stage holds (20 KB a block).
+MAX_K = 8192
+#: Words between two chunks' 16 staged words (the default tiling's conflict-free stride).
+CHUNK_STRIDE = 20
+#: Columns of the phase table: byte offset of the packed weights, element offset of the scales,
+#: K, N, bytes per packed column, scales per column, log2(block size / 32), activation offset,
+#: silu flag, bias offset (-1: none), output offset (all in ``acts`` elements), columns per lane,
+#: chunks per step.
+PHASE_FIELDS = ("words", "scales", "K", "N", "row_bytes", "groups", "group_shift", "act", "silu", "bias",
+                "out", "cols", "unroll")
 
-if config.ENABLE_CUDASIM:
-    def _load_cg(a, i):
-        return a[i]
+_Z = uint32(0)
+
+if SIMULATED:
+    def _load_l2(array, i):
+        return array[i]
 else:
     @cuda.jit(device=True, inline=True)
-    def _load_cg(a, i):
-        return cuda.ldcg(a, i)
-
-
-@cuda.jit(device=True, inline=True)
-def _activation(acts, base, k, K, silu):
-    if silu:
-        g = float32(_load_cg(acts, base + k))
-        e = math.exp(-abs(g))
-        sigmoid = float32(1.0) / (float32(1.0) + e) if g >= 0 else e / (float32(1.0) + e)
-        return g * sigmoid * float32(_load_cg(acts, base + K + k))
-    return float32(_load_cg(acts, base + k))
+    def _load_l2(array, i):
+        """One element from L2 (``ld.global.cg``): written by another block of the launch."""
+        return cuda.ldcg(array, i)
 
 
 @cuda.jit
-def reset_kernel(done, next_item):
-    """Zero the completion counters and the item counter (before each chain launch)."""
+def reset_kernel(done):
+    """Zero the phase counters (before each chain launch)."""
     i = cuda.grid(1)
     if i < done.shape[0]:
         done[i] = 0
-    if i == 0:
-        next_item[0] = 0
 
 
-@cuda.jit
-def chain_kernel(words, scales, acts, phases, done, next_item, total_items, max_items):
-    """Run items ``0 .. total_items-1`` of the phase table; ``max_items > 0`` caps the items one
-    block takes (a test hook that spreads phases over several blocks on the simulator)."""
-    claimed = cuda.shared.array(1, int32)
-    warp = cuda.threadIdx.x // 32
-    lane = cuda.threadIdx.x % 32
-    preload = cuda.local.array(PRELOAD, uint32)
-    taken = 0
-    while max_items == 0 or taken < max_items:
+@cuda.jit(device=True, inline=True)
+def _silu_words(g, u):
+    """``silu(g)·u`` of 8 fp16 values (4 words each) as 4 fp16 words, rounded once."""
+    return (_silu_word(g[0], u[0]), _silu_word(g[1], u[1]), _silu_word(g[2], u[2]),
+            _silu_word(g[3], u[3]))
+
+
+@cuda.jit(device=True, inline=True)
+def _silu_word(g, u):
+    return pack_half2(silu_times(half_low(g), half_low(u)), silu_times(half_high(g), half_high(u)))
+
+
+@cuda.jit(device=True, inline=True)
+def _words(stage, b):
+    """The 4 staged words from ``b``, a multiple of 4 (one ``LDS.128``)."""
+    return stage[b], stage[b + uint32(1)], stage[b + uint32(2)], stage[b + uint32(3)]
+
+
+@cuda.jit(device=True, inline=True)
+def _half_dot(w0, w1, x0, x1):
+    """``sum a_i q_i - 8 a_i`` over 16 elements, words ``w0, w1`` against the re-paired words
+    ``x0, x1``: each half of the half2 sums 8 products in fp16, then float32."""
+    t = dot8(w0, x0[0], x0[1], x0[2], x0[3], NO_ZP_LOW, NO_ZP_HIGH, _Z)
+    return half2_sum(dot8(w1, x1[0], x1[1], x1[2], x1[3], NO_ZP_LOW, NO_ZP_HIGH, t))
+
+
+@functools.lru_cache(maxsize=None)
+def chain_kernel(lanes: int = 32):
+    """The persistent chain kernel with ``lanes`` lanes per column (1, 2, 4, 8, 16 or 32)."""
+    if lanes not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"lanes must be a power of two from 1 to 32; got {lanes!r}")
+    L, P, LOG_L = lanes, 32 // lanes, lanes.bit_length() - 1
+    C, U, THREADS = MAX_COLS, MAX_UNROLL, 32 * WARPS
+    bounds = {} if SIMULATED else {"launch_bounds": (THREADS, BLOCKS_PER_SM)}
+    ALIGN = None if SIMULATED else 16            # group reads as LDS.128
+    STAGE = MAX_K // 32 * CHUNK_STRIDE           # the staged row's words
+
+    @cuda.jit(device=True, inline=True)
+    def fields(phases, p):
+        """Phase ``p``'s row of the table (:data:`PHASE_FIELDS`), read once per phase."""
+        return (phases[p, 0], phases[p, 1], phases[p, 2], phases[p, 3], phases[p, 4], phases[p, 5],
+                phases[p, 6], phases[p, 7], phases[p, 8], phases[p, 9], phases[p, 10], phases[p, 11],
+                phases[p, 12])
+
+    @cuda.jit(device=True, inline=True)
+    def groups_of(f):
+        return (f[3] + P * f[11] - 1) // (P * f[11])
+
+    @cuda.jit(device=True, inline=True)
+    def issue(packed, scales, f, g, st, s, q, raw, sv):
+        """Every weight and scale load of step ``st`` of group ``g`` of phase ``f``."""
+        K, N, row_bytes, nb, shift, cols, unroll = f[2], f[3], f[4], f[5], f[6], f[11], f[12]
+        nchunks = K // 32
+        for c in range(C):
+            n = min(g * P * cols + q + c * P, N - 1)
+            for u in range(U):
+                j = s + (st * unroll + u) * L
+                if c < cols and u < unroll and j < nchunks:
+                    x = load16(packed, f[0] + n * row_bytes + 16 * j)
+                    for i in range(4):
+                        raw[c, u, i] = x[i]
+                    sv[c, u] = float32(scales[f[1] + n * nb + (j >> shift)])
+
+    @cuda.jit(device=True, inline=True)
+    def fold(stage, f, st, s, raw, sv, acc):
+        """Step ``st``'s products into ``acc[c]`` (the activations from the stage)."""
+        cols, unroll, nchunks = f[11], f[12], f[2] // 32
+        for u in range(U):
+            j = s + (st * unroll + u) * L
+            if u < unroll and j < nchunks:
+                b = uint32(CHUNK_STRIDE) * uint32(j)     # unsigned: no negative-index wrap
+                x0, x1 = _words(stage, b), _words(stage, b + uint32(4))
+                x2, x3 = _words(stage, b + uint32(8)), _words(stage, b + uint32(12))
+                for c in range(C):
+                    if c < cols:
+                        acc[c] += sv[c, u] * (_half_dot(raw[c, u, 0], raw[c, u, 1], x0, x1)
+                                              + _half_dot(raw[c, u, 2], raw[c, u, 3], x2, x3))
+
+    @cuda.jit(device=True, inline=True)
+    def finish(acts, f, g, s, q, acc):
+        """Sum each column over its lanes; the slot's first lane stores it (+ the bias)."""
+        N, bias, out, cols = f[3], f[9], f[10], f[11]
+        for c in range(C):
+            v = acc[c]
+            for r in range(LOG_L):
+                v += shfl_xor(v, uint32(L >> (r + 1)))
+            n = g * P * cols + q + c * P
+            if s == 0 and c < cols and n < N:
+                if bias >= 0:
+                    v += float32(_load_l2(acts, bias + n))
+                acts[out + n] = v
+            acc[c] = float32(0.0)
+
+    @cuda.jit(device=True, inline=True)
+    def stage_row(acts, stage, f):
+        """The block stages the phase's activations, re-paired (``silu(g)·u`` for silu)."""
+        K, base, silu = f[2], f[7], f[8]
+        for i in range(cuda.threadIdx.x, K // 8, THREADS):
+            x = load16_l2(acts, base + 8 * i)
+            if silu:
+                x = _silu_words(x, load16_l2(acts, base + K + 8 * i))
+            w = pair_words(x[0], x[1], x[2], x[3])
+            b = uint32(CHUNK_STRIDE) * uint32(i // 4) + uint32(4 * (i % 4))
+            for e in range(4):
+                stage[b + uint32(e)] = w[e]
+        cuda.syncthreads()
+
+    @cuda.jit(device=True, inline=True)
+    def arrive(done, p, wait):
+        """The block has ended phase ``p`` (every thread's stores before the count); with
+        ``wait``, return once every block of the grid has."""
+        cuda.syncthreads()
         if cuda.threadIdx.x == 0:
-            claimed[0] = cuda.atomic.add(next_item, 0, 1)
-        cuda.syncthreads()
-        item = claimed[0]
-        cuda.syncthreads()
-        if item >= total_items:
-            return
-        taken += 1
-        p = 0
-        while phases[p, 10] + phases[p, 11] <= item:
-            p += 1
-        K, N, stride, bs = phases[p, 2], phases[p, 3], phases[p, 4], phases[p, 5]
-        n = (item - phases[p, 10]) * WARPS + warp
-        col = min(n, N - 1)
-        row = phases[p, 0] + col * stride
-        kw = K // 8
-        for i in range(PRELOAD):  # independent of the previous phase: issued before the wait
-            j = lane + 32 * i
-            preload[i] = words[row + min(j, kw - 1)]
-        if p > 0 and cuda.threadIdx.x == 0:
-            while cuda.atomic.add(done, p - 1, 0) < phases[p - 1, 11]:
-                pass
             cuda.threadfence()
-        cuda.syncthreads()
-        base, silu = phases[p, 6], phases[p, 7]
-        acc = float32(0.0)
-        j = lane
-        i = 0
-        while j < kw:
-            w = preload[i] if i < PRELOAD else words[row + j]
-            k = 8 * j
-            part = float32(0.0)
-            for e in range(8):
-                q = float32((w >> np.uint32(4 * e)) & np.uint32(15)) - float32(8.0)
-                part += q * _activation(acts, base, k + e, K, silu)
-            acc += part * float32(scales[phases[p, 1] + col * ((K + bs - 1) // bs) + k // bs])
-            j += 32
-            i += 1
-        acc = warp_sum(acc)
-        if lane == 0 and n < N:
-            if phases[p, 8] >= 0:
-                acc += float32(_load_cg(acts, phases[p, 8] + n))
-            acts[phases[p, 9] + n] = acc
-        cuda.threadfence()
-        cuda.syncthreads()
-        if cuda.threadIdx.x == 0:
             cuda.atomic.add(done, p, 1)
+            if wait:
+                while cuda.atomic.add(done, p, 0) < cuda.gridDim.x:
+                    pass
+                cuda.threadfence()
+        cuda.syncthreads()
+
+    @cuda.jit(**bounds)
+    def kernel(packed, scales, acts, phases, done, first, last):
+        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
+        s, q = lane % L, lane // L
+        gw = cuda.blockIdx.x * WARPS + warp
+        G = cuda.gridDim.x * WARPS
+        raw = cuda.local.array((C, U, 4), uint32)
+        sv = cuda.local.array((C, U), float32)
+        acc = cuda.local.array(C, float32)
+        stage = cuda.shared.array(STAGE, np.uint32, alignment=ALIGN)
+        for c in range(C):
+            acc[c] = float32(0.0)
+        p = first
+        f = fields(phases, p)
+        if gw < groups_of(f):
+            issue(packed, scales, f, gw, 0, s, q, raw, sv)
+        while p < last:
+            stage_row(acts, stage, f)
+            groups = groups_of(f)
+            steps = (f[2] // 32 + L * f[12] - 1) // (L * f[12])
+            for r in range((groups + G - 1) // G):   # block-uniform rounds: every lane shuffles
+                g = gw + r * G
+                if g < groups:
+                    for st in range(steps):
+                        if st > 0 or r > 0:
+                            issue(packed, scales, f, g, st, s, q, raw, sv)
+                        fold(stage, f, st, s, raw, sv, acc)
+                finish(acts, f, g, s, q, acc)   # past the groups: stores nothing
+            p += 1
+            if p < last:
+                f = fields(phases, p)
+                if gw < groups_of(f):   # the next phase's first weights fly while the grid waits
+                    issue(packed, scales, f, gw, 0, s, q, raw, sv)
+            arrive(done, p - 1, p < last)
+
+    return kernel
