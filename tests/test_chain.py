@@ -300,6 +300,17 @@ def test_persistent_chain_spread_over_blocks_is_the_one_launch(rng, persistent_c
     assert relative_error(one, reference_logits(*persistent_chain, x)) < tolerance(PERSISTENT.layers)
 
 
+def test_persistent_chain_fails_rather_than_hangs_when_its_grid_is_not_resident(rng, persistent_chain):
+    from int4gemv.decode.persistent import PersistentChain
+
+    # the simulator runs block 0 to its end before block 1 starts: every barrier block 0 meets
+    # gives up after SPIN_LIMIT polls and is counted; run() refuses the logits
+    chain = PersistentChain(*persistent_chain, blocks=2)
+    with pytest.raises(RuntimeError, match="timed out"):
+        chain.run(rng.standard_normal(PERSISTENT.hidden).astype(np.float16))
+    assert chain.done.copy_to_host()[-1] == len(chain.phases) - 1
+
+
 def test_persistent_phase_tiling_fills_one_round_of_the_grid():
     from int4gemv.decode.persistent import phase_tiling
 

@@ -93,10 +93,10 @@ class PersistentChain(ChainStep):
         self.packed = cuda.to_device(np.concatenate(word_parts))
         self.scales = cuda.to_device(np.concatenate(scale_parts))
         self.phases = cuda.to_device(np.array(table, np.int64))
-        self.done = cuda.to_device(np.zeros(len(table), np.int32))
+        self.done = cuda.to_device(np.zeros(len(table) + 1, np.int32))   # + the timed-out barriers
         self.blocks, self.lanes, self.split_phases = blocks, lanes, split_phases
         spans = [(p, p + 1) for p in range(len(table))] if split_phases else [(0, len(table))]
-        self._ops = (KernelLaunch(reset_kernel, -(-len(table) // 256), 256, self.done),) + tuple(
+        self._ops = (KernelLaunch(reset_kernel, -(-(len(table) + 1) // 256), 256, self.done),) + tuple(
             KernelLaunch(kernel, blocks, 32 * WARPS, self.packed, self.scales, self.acts, self.phases,
                          self.done, first, last, cooperative=not split_phases) for first, last in spans)
         self.launches = len(self._ops)
@@ -108,4 +108,14 @@ class PersistentChain(ChainStep):
 
     def completed(self) -> np.ndarray:
         """Blocks that ended each phase in the last step (each equals ``blocks``)."""
-        return self.done.copy_to_host()
+        return self.done.copy_to_host()[:-1]
+
+    def run(self, x) -> np.ndarray:
+        """As :meth:`ChainStep.run`; raises ``RuntimeError`` if a block gave up waiting at a grid
+        barrier (the grid was not resident at once: its logits are not the chain's)."""
+        logits = super().run(x)
+        timed_out = int(self.done.copy_to_host()[-1])
+        if timed_out:
+            raise RuntimeError(f"{timed_out} grid barrier waits of the persistent chain timed out "
+                               f"({self.blocks} blocks were not resident at once)")
+        return logits

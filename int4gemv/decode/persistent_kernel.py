@@ -21,8 +21,8 @@ outputs ``g`` at ``act``, ``u`` at ``act + K``); the bias (the residual) is read
 
 **Launches.** ``kernel(packed, scales, acts, phases, done, first, last)`` runs phases ``first ..
 last - 1`` with a barrier between two of them; every block counts every phase it ends in
-``done`` (so a launch per phase, which the simulator's tests use to run several blocks, counts
-as one launch of all). Symmetric weights (zero point 8), block sizes 32, 64, 128, K a multiple of
+``done[p]`` (so a launch per phase, which the simulator's tests use to run several blocks, counts
+as one launch of all), and a barrier it gave up on in ``done[-1]``. Symmetric weights (zero point 8), block sizes 32, 64, 128, K a multiple of
 32 and at most :data:`MAX_K`; fp16. Phases are rows of an int64 table (:data:`PHASE_FIELDS`).
 """
 
@@ -40,7 +40,7 @@ from ..kernels.vector_loads import load16, load16_l2
 from .silu_mul import silu_times
 
 __all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS", "BLOCKS_PER_SM", "MAX_COLS",
-           "MAX_UNROLL", "MAX_K", "CHUNK_STRIDE"]
+           "MAX_UNROLL", "MAX_K", "CHUNK_STRIDE", "SPIN_LIMIT"]
 
 #: Warps of a block; blocks per SM of the GPU's grid (its launch bounds).
 WARPS, BLOCKS_PER_SM = 4, 4
@@ -48,6 +48,9 @@ WARPS, BLOCKS_PER_SM = 4, 4
 MAX_COLS, MAX_UNROLL = 4, 2
 #: The longest activation row the shared stage holds (20 KB a block).
 MAX_K = 8192
+#: Polls of a phase counter after which a block stops waiting and counts a timed-out barrier
+#: (seconds on a GPU; on the simulator, whose blocks run one after another, a few hundred).
+SPIN_LIMIT = 200 if SIMULATED else 1 << 22
 #: Words between two chunks' 16 staged words (the default tiling's conflict-free stride).
 CHUNK_STRIDE = 20
 #: Columns of the phase table: byte offset of the packed weights, element offset of the scales,
@@ -187,14 +190,19 @@ def chain_kernel(lanes: int = 32):
     @cuda.jit(device=True, inline=True)
     def arrive(done, p, wait):
         """The block has ended phase ``p`` (every thread's stores before the count); with
-        ``wait``, return once every block of the grid has."""
+        ``wait``, return once every block of the grid has, or after :data:`SPIN_LIMIT` polls,
+        counted in the table's last slot (a grid that is not resident at once fails, not hangs)."""
         cuda.syncthreads()
         if cuda.threadIdx.x == 0:
             cuda.threadfence()
             cuda.atomic.add(done, p, 1)
             if wait:
+                spins = 0
                 while cuda.atomic.add(done, p, 0) < cuda.gridDim.x:
-                    pass
+                    spins += 1
+                    if spins == SPIN_LIMIT:
+                        cuda.atomic.add(done, done.shape[0] - 1, 1)
+                        break
                 cuda.threadfence()
         cuda.syncthreads()
 
