@@ -10,8 +10,8 @@ from numba import config, cuda
 from int4gemv.kernels import bf16
 from int4gemv.kernels.half2 import (NO_ZP_HIGH, NO_ZP_LOW, dequant8, offset_pairs8, pair_words,
                                     zero_point_constants)
-from int4gemv.kernels.intrinsics import (and_or, bf16_bits, float_as_int, int_as_float, pack_half2,
-                                        prefetch_l2)
+from int4gemv.kernels.intrinsics import (and_or, bf16_bits, float_as_int, int_as_float, load_volatile,
+                                        pack_half2, prefetch_l2)
 from int4gemv.kernels.vector_loads import load4, load8, load16, prefetch_l1
 
 LANES = 32
@@ -245,3 +245,18 @@ def test_bf16_bits_rounds_to_nearest_even_as_ml_dtypes_does(rng):
     assert np.all(np.isnan(got[nan].view(ml_dtypes.bfloat16).astype(np.float32)))
     np.testing.assert_array_equal(got[~nan], want[~nan])
     assert got[0] == 0x3F80 and got[1] == 0x3F82 and got[6] == 0x7F80   # ties to even, overflow
+
+
+@cuda.jit
+def _volatile_kernel(flags, out):
+    i = cuda.grid(1)
+    if i < flags.shape[0]:
+        out[i] = load_volatile(flags, i)
+
+
+def test_load_volatile_reads_each_element_as_uint32(rng):
+    # the grid barrier's poll of a counter: element i, its 4 bytes as uint32 (negative int32 too)
+    flags = rng.integers(-2**31, 2**31, LANES, dtype=np.int64).astype(np.int32)
+    out = cuda.to_device(np.zeros(LANES, np.uint32))
+    _volatile_kernel[1, LANES](cuda.to_device(flags), out)
+    np.testing.assert_array_equal(out.copy_to_host(), flags.view(np.uint32))
