@@ -9,7 +9,10 @@
 #           M = 16; issue 21: the decode chain (with the chooser's kernels and the fused split-K
 #           down too); probes of the K split with one column tile on the decode shapes;
 #   CALL=3  those probes alone, and bs 16 + zp on lm_head at M = 16 (any card);
-#   CALL=4  the one-tile K split as chosen (k/v, q/o, down at M = 5, 8, 16) and its GPU tests.
+#   CALL=4  the one-tile K split as chosen (k/v, q/o, down at M = 5, 8, 16) and its GPU tests;
+#   CALL=5  session 21's changes: bf16 stores through cvt.rn.bf16.f32 (k/v, q/o, gate/up, down at
+#           M = 1, 5, 16, both dtypes), the rewritten persistent chain against the best
+#           conventional chain in one process, and their GPU tests.
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] bench/h200_targets_device.sh
@@ -17,7 +20,7 @@
 # (everything under $OUT ends in $OUT/h200-call<N>.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
-call=${CALL:?set CALL to 1, 2, 3 or 4}
+call=${CALL:?set CALL to 1, 2, 3, 4 or 5}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)))")
@@ -66,7 +69,20 @@ if [ "$call" = 4 ]; then
     bench tile16 --m 16 --shapes k/v,q/o,down --variants env,tensor_core
     bench tile58 --m 5,8 --shapes k/v,q/o,down --variants env,tensor_core
 fi
+if [ "$call" = 5 ]; then
+    bench bf16 --m 1,5,16 --shapes k/v,q/o,gate/up,down --variants env
+fi
 wait
+if [ "$call" = 5 ]; then
+    mkdir -p "$out/chain"
+    timeout "${CHAIN_S:-150}" python3 -m bench.decode_chain --out "$out/chain" --race 300 --persistent \
+        --configs merged:default+pdl:down=4x4k4:silu=fused > "$out/decode-chain.log" 2>&1
+    echo "decode chain exit $?"; tail -8 "$out/decode-chain.log"
+    timeout "${TESTS_S:-150}" python3 -m pytest -v -rs -p no:cacheprovider --tb=short tests/test_intrinsics.py \
+        tests/test_chain_gpu.py::test_persistent_chain_experiment_is_correct_and_race_free \
+        > "$out/pytest-s21.log" 2>&1
+    echo "pytest exit $?"; grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$out/pytest-s21.log" | tail -8
+fi
 if [ "$call" = 4 ]; then
     timeout "${TESTS_S:-220}" python3 -m pytest -v -rs -p no:cacheprovider -n "$workers" --tb=short \
         tests/test_default_mma_batch.py tests/test_tensor_core.py::test_batches_run_on_tensor_cores_and_say_why \
