@@ -327,7 +327,8 @@ def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
     from int4gemv.decode.persistent import PersistentChain
 
     layers, lm_head = persistent_chain
-    for kwargs, match in ((dict(lanes=3), "lanes"), (dict(cols=5), "cols"), (dict(unroll=0), "unroll"),
+    for kwargs, match in ((dict(lanes=3), "lanes"), (dict(lanes=True), "lanes"), (dict(cols=5), "cols"),
+                          (dict(unroll=0), "unroll"),
                           (dict(blocks=True), "blocks")):
         with pytest.raises(ValueError, match=match):
             PersistentChain(layers, lm_head, **kwargs)

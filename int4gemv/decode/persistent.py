@@ -14,6 +14,7 @@ import numpy as np
 from numba import config, cuda
 
 from ..backend import require_gpu
+from ..device import device_facts
 from .launches import KernelLaunch
 from .model import check_chain
 from .persistent_kernel import (BLOCKS_PER_SM, MAX_COLS, MAX_K, MAX_UNROLL, PHASE_FIELDS, WARPS,
@@ -75,7 +76,7 @@ class PersistentChain(ChainStep):
         self.x = self.acts[:H]
         self.logits = self.acts[offsets["logits"]:offsets["logits"] + lm_head.N]
         if blocks is None:
-            blocks = 1 if config.ENABLE_CUDASIM else BLOCKS_PER_SM * cuda.get_current_device().MULTIPROCESSOR_COUNT
+            blocks = 1 if config.ENABLE_CUDASIM else BLOCKS_PER_SM * device_facts()[1]
         # (activation, silu, bias, output) per phase of a layer; then lm_head.
         wiring = [("x", 0, None, "qkv"), ("qkv", 0, "x", "h"), ("h", 0, None, "gu"), ("gu", 1, "h", "x")]
         table, word_parts, scale_parts, words, scales = [], [], [], 0, 0
@@ -83,9 +84,9 @@ class PersistentChain(ChainStep):
             act, silu, bias, out = wiring[i % 4] if i < len(phases) - 1 else ("x", 0, None, "logits")
             row_bytes = w.n_blocks * w.block_size // 2
             c, u = phase_tiling(w.N, w.K, lanes, blocks * WARPS)
-            table.append((words, scales, w.K, w.N, row_bytes, w.n_blocks, (w.block_size // 32).bit_length() - 1,
-                          offsets[act], silu, -1 if bias is None else offsets[bias], offsets[out], cols or c,
-                          unroll or u))
+            shift = (w.block_size // 32).bit_length() - 1      # log2(block size / 32)
+            table.append((words, scales, w.K, w.N, row_bytes, w.n_blocks, shift, offsets[act], silu,
+                          -1 if bias is None else offsets[bias], offsets[out], cols or c, unroll or u))
             word_parts.append(w.packed.reshape(-1))
             scale_parts.append(w.scales.reshape(-1))
             words, scales = words + w.N * row_bytes, scales + w.scales.size

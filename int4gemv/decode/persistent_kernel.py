@@ -22,8 +22,9 @@ outputs ``g`` at ``act``, ``u`` at ``act + K``); the bias (the residual) is read
 **Launches.** ``kernel(packed, scales, acts, phases, done, first, last)`` runs phases ``first ..
 last - 1`` with a barrier between two of them; every block counts every phase it ends in
 ``done[p]`` (so a launch per phase, which the simulator's tests use to run several blocks, counts
-as one launch of all), and a barrier it gave up on in ``done[-1]``. Symmetric weights (zero point 8), block sizes 32, 64, 128, K a multiple of
-32 and at most :data:`MAX_K`; fp16. Phases are rows of an int64 table (:data:`PHASE_FIELDS`).
+as one launch of all), and a barrier it gave up on in ``done[-1]``. Symmetric weights (zero point
+8), block sizes 32, 64, 128, K a multiple of 32 and at most :data:`MAX_K`; fp16. Phases are rows
+of an int64 table (:data:`PHASE_FIELDS`).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def _half_dot(w0, w1, x0, x1):
 @functools.lru_cache(maxsize=None)
 def chain_kernel(lanes: int = 32):
     """The persistent chain kernel with ``lanes`` lanes per column (1, 2, 4, 8, 16 or 32)."""
-    if lanes not in (1, 2, 4, 8, 16, 32):
+    if isinstance(lanes, bool) or lanes not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"lanes must be a power of two from 1 to 32; got {lanes!r}")
     L, P, LOG_L = lanes, 32 // lanes, lanes.bit_length() - 1
     C, U, THREADS = MAX_COLS, MAX_UNROLL, 32 * WARPS
