@@ -20,7 +20,7 @@ import numpy as np
 
 from .device import simulated
 
-__all__ = ["bind", "BoundLaunch", "CudaCallError"]
+__all__ = ["bind", "BoundLaunch", "CudaCallError", "launch_config"]
 
 
 class CudaCallError(RuntimeError):
@@ -69,6 +69,21 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
                 ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
                 ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+def launch_config(grid, block, shared=0, programmatic=False, cooperative=False):
+    """``(CUlaunchConfig, its attribute array)`` for ``cuLaunchKernelEx`` with the programmatic
+    and cooperative attributes asked for (each set to 1), or ``(None, None)`` when neither is
+    (a plain ``cuLaunchKernel``). The caller keeps both alive; the stream is set at launch."""
+    ids = [i for i, on in ((_PROGRAMMATIC, programmatic), (_COOPERATIVE, cooperative)) if on]
+    if not ids:
+        return None, None
+    attributes = (_LaunchAttribute * len(ids))()
+    for attribute, i in zip(attributes, ids):
+        attribute.id, attribute.value[0] = i, 1
+    config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), int(shared), None,
+                           ctypes.cast(attributes, ctypes.POINTER(_LaunchAttribute)), len(ids))
+    return config, attributes
 
 
 def _driver_function(name):
@@ -134,15 +149,8 @@ class BoundLaunch:
             values += _array_params(a) if hasattr(a, "__cuda_array_interface__") else _scalar_param(a)
         self._values = values
         self._params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        self._config = self._attribute = None
-        ids = [i for i, on in ((_PROGRAMMATIC, programmatic), (_COOPERATIVE, cooperative)) if on]
-        if ids:
-            self._attribute = (_LaunchAttribute * len(ids))()
-            for attribute, i in zip(self._attribute, ids):
-                attribute.id, attribute.value[0] = i, 1
-            attrs = ctypes.cast(self._attribute, ctypes.POINTER(_LaunchAttribute))
-            self._config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
-                                         int(shared), None, attrs, len(ids))
+        self._config, self._attribute = launch_config(grid, block, shared, programmatic, cooperative)
+        if self._config is not None:
             self._call = _driver_function("cuLaunchKernelEx")
             self._head = (ctypes.byref(self._config), handle)
         else:
