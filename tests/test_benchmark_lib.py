@@ -361,3 +361,38 @@ def test_measure_replays_warms_up_for_a_count_and_for_a_time(monkeypatch):
     for bad in (dict(warmup=-1), dict(warmup_s=-0.5), dict(warmup_s=float("nan"))):
         with pytest.raises(ValueError, match="warmup"):
             measure_replays(lambda: calls.append(1), 0, **bad)
+
+
+def test_measure_replays_queues_the_timed_replays_behind_a_running_one(monkeypatch):
+    """No wait between the last untimed replay and the timed ones, an event between each two
+    timed replays, and each sample the time between consecutive events: the GPU records every
+    event while busy, so the host's time to queue a replay is in no sample."""
+    from numba import cuda
+
+    from int4gemv.benchmark.timing import measure_replays
+
+    log = []
+
+    class Stream:
+        def synchronize(self):
+            log.append("wait")
+
+    class Event:
+        def __init__(self):
+            self.at = None
+
+        def record(self, stream):
+            self.at = len([e for e in log if e == "replay"])   # replays queued before it
+            log.append("event")
+
+        def synchronize(self):
+            log.append("wait event")
+
+    monkeypatch.setattr(cuda, "default_stream", lambda: Stream())
+    monkeypatch.setattr(cuda, "event", lambda timing: Event(), raising=False)
+    # elapsed "ms" = replays between the two events x 1 ms: each sample must span one replay
+    monkeypatch.setattr(cuda, "event_elapsed_time", lambda a, b: float(b.at - a.at), raising=False)
+    t = measure_replays(lambda: log.append("replay"), 0, launches=4, replays=3, warmup=2, warmup_s=0.0)
+    assert log == ["replay", "wait", "replay", "event", "replay", "event", "replay", "event",
+                   "replay", "event", "wait event"]
+    assert t.us == t.p10_us == t.p90_us == 1e3 / 4 and t.replays == 3

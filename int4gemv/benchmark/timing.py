@@ -1,9 +1,12 @@
 """Timing on the GPU: event-timed graph replays, eager calls from Python, copy bandwidth.
 
 * :func:`measure_replays`: the one graph-replay timer. ``replay()`` enqueues one replay of a graph
-  of ``launches`` launches on ``stream``; CUDA events around each replay give the per-launch time
-  (replay time / ``launches``, so the cost of launching from Python is excluded), in the manner of
-  ``triton.testing.do_bench_cudagraph``. Callers rotate their launches over copies of the weights
+  of ``launches`` launches on ``stream``; the timed replays are queued back to back behind an
+  untimed one, with a CUDA event between each two, so an event is recorded by a GPU that is still
+  busy and a sample holds one replay's GPU time (replay time / ``launches``), not the time the host
+  took to queue it: with an event recorded on an idle GPU before each replay (the manner of
+  ``triton.testing.do_bench_cudagraph``), the host's graph launch, slower when other processes
+  load the CPU, lay inside the sample. Callers rotate their launches over copies of the weights
   totalling more than the L2 cache (see :mod:`int4gemv.benchmark.weights`).
 * :func:`time_eager`: the one eager timer: wall time per call of ``calls`` calls issued back to
   back from Python, then to completion after ``sync()``.
@@ -82,8 +85,9 @@ def measure_replays(replay, stream, *, launches: int = 1, replays: int = DEFAULT
                     warmup: int = DEFAULT_WARMUP, warmup_s: float = DEFAULT_WARMUP_S) -> Timing:
     """Event timing of ``replay()`` on ``stream`` (a raw ``CUstream`` int or an object with
     ``.cuda_stream``); ``launches`` kernel launches per replay. Median of ``replays`` after
-    untimed replays: at least ``warmup`` of them, and until the GPU has run them for
-    ``warmup_s`` seconds (each waited for, so that the time is the GPU's)."""
+    untimed replays: at least ``warmup`` (and at least one) of them, and until the GPU has run
+    them for ``warmup_s`` seconds (each but the last waited for, so that the time is the GPU's;
+    the timed replays are queued behind the last, see the module's docstring)."""
     from numba import cuda
 
     from ..device import stream_handle
@@ -96,19 +100,19 @@ def measure_replays(replay, stream, *, launches: int = 1, replays: int = DEFAULT
     handle = stream_handle(stream)
     s = cuda.external_stream(handle) if handle else cuda.default_stream()
     done, warm_until = 0, time.perf_counter() + warmup_s
-    while done < warmup or time.perf_counter() < warm_until:
+    while True:
         replay()
-        s.synchronize()
         done += 1
-    s.synchronize()
-    start, end = cuda.event(timing=True), cuda.event(timing=True)
-    samples = []
-    for _ in range(replays):
-        start.record(s)
+        if done >= warmup and time.perf_counter() >= warm_until:
+            break       # the last untimed replay still runs while the timed ones are queued
+        s.synchronize()
+    events = [cuda.event(timing=True) for _ in range(replays + 1)]
+    events[0].record(s)
+    for event in events[1:]:
         replay()
-        end.record(s)
-        end.synchronize()
-        samples.append(cuda.event_elapsed_time(start, end) * 1e3 / launches)
+        event.record(s)
+    events[-1].synchronize()
+    samples = [cuda.event_elapsed_time(a, b) * 1e3 / launches for a, b in zip(events, events[1:])]
     return Timing.from_samples(samples, launches)
 
 
