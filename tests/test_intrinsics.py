@@ -10,9 +10,9 @@ from numba import config, cuda
 from int4gemv.kernels import bf16
 from int4gemv.kernels.half2 import (NO_ZP_HIGH, NO_ZP_LOW, dequant8, offset_pairs8, pair_words,
                                     zero_point_constants)
-from int4gemv.kernels.intrinsics import (and_or, bf16_bits, float_as_int, int_as_float, load_volatile,
-                                        pack_half2, prefetch_l2)
-from int4gemv.kernels.vector_loads import load4, load8, load16, prefetch_l1
+from int4gemv.kernels.intrinsics import (and_or, bf16_bits, float_as_int, int_as_float, pack_half2,
+                                        prefetch_l2)
+from int4gemv.kernels.vector_loads import load4, load8, load16, load_volatile, prefetch_l1
 
 LANES = 32
 
@@ -251,7 +251,7 @@ def test_bf16_bits_rounds_to_nearest_even_as_ml_dtypes_does(rng):
 def _volatile_kernel(flags, out):
     i = cuda.grid(1)
     if i < flags.shape[0]:
-        out[i] = load_volatile(flags, i)
+        out[i] = load_volatile(flags, i)[0]
 
 
 def test_load_volatile_reads_each_element_as_uint32(rng):

@@ -35,9 +35,9 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from ..kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, pair_words
-from ..kernels.intrinsics import SIMULATED, half2_sum, load_volatile, pack_half2, shfl_xor
+from ..kernels.intrinsics import SIMULATED, half2_sum, pack_half2, shfl_xor
 from ..kernels.nibble_pairs import half_high, half_low
-from ..kernels.vector_loads import load16, load16_l2
+from ..kernels.vector_loads import load16, load16_l2, load_volatile
 from .silu_mul import silu_times
 
 __all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS", "BLOCKS_PER_SM", "MAX_COLS",
@@ -199,7 +199,7 @@ def chain_kernel(lanes: int = 32):
             cuda.atomic.add(done, p, 1)
             if wait:
                 spins = 0
-                while load_volatile(done, p) < uint32(cuda.gridDim.x):   # a read, not an atomic
+                while load_volatile(done, p)[0] < uint32(cuda.gridDim.x):   # a read, not an atomic
                     spins += 1
                     if spins == SPIN_LIMIT:
                         cuda.atomic.add(done, done.shape[0] - 1, 1)

@@ -2,7 +2,7 @@
 
 On hardware these are libdevice / warp intrinsics and small inline-PTX functions: ``fma.rn.f16x2``,
 ``fma.rn.bf16x2``, ``lop3.b32``,
-``cvt.rn.f16x2.f32``, ``cvt.rn.bf16.f32``, ``ld.volatile.global.u32`` and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is
+``cvt.rn.f16x2.f32``, ``cvt.rn.bf16.f32`` and a half2-to-float32 sum (Numba has no half2 arithmetic; a half2 value is
 carried as the uint32 holding its bits, low half = element 0), the two ``griddepcontrol`` instructions of a
 programmatic dependent launch and a bulk L2 prefetch (a no-op on the simulator). Numba's
 simulator (``NUMBA_ENABLE_CUDASIM=1``) has no warp shuffles and its libdevice functions are empty,
@@ -22,7 +22,7 @@ from numba import cuda
 from ..device import simulated
 
 __all__ = ["int_as_float", "float_as_int", "half2_fma", "bf16x2_fma", "half2_sum", "and_or", "pack_half2", "bf16_bits",
-           "load_volatile", "wait_for_previous_grid",
+           "wait_for_previous_grid",
            "allow_next_grid", "prefetch_l2", "shfl_down", "shfl_xor", "warp_sum", "FULL_MASK",
            "SIMULATED"]
 
@@ -80,11 +80,6 @@ if SIMULATED:
         if u & 0x7FFFFFFF > 0x7F800000:
             return np.uint16(0x7FFF)
         return np.uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
-
-    def load_volatile(array, index):
-        """``ld.volatile.global.u32``: element ``index`` of a 1-D array of 4-byte elements, as
-        uint32, read anew at each call (a flag other blocks write)."""
-        return np.uint32(np.array([array[int(index)]]).view(np.uint32)[0])
 
     def wait_for_previous_grid():
         """No-op: the simulator runs launches one after another."""
@@ -239,24 +234,6 @@ else:
             builder.call(asm, [begin, nbytes])
             return context.get_dummy_value()
         return types.void(array, first, count), codegen
-
-    @intrinsic
-    def load_volatile(typingctx, array, index):
-        """``ld.volatile.global.u32``: element ``index`` of a 1-D array of 4-byte elements, as
-        uint32, read anew at each call and never moved (a flag other blocks write): polling it
-        reads L2 without the read-modify-write of an atomic."""
-        if not isinstance(array, types.Array) or array.ndim != 1 or getattr(array.dtype, "bitwidth", 0) != 32:
-            return None
-
-        def codegen(context, builder, signature, args):
-            aryty, idxty = signature.args
-            ary = context.make_array(aryty)(context, builder, args[0])
-            idx = context.cast(builder, args[1], idxty, types.int64)
-            address = builder.ptrtoint(builder.gep(ary.data, [idx]), _I64)
-            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I64]), "ld.volatile.global.u32 $0, [$1];",
-                               "=r,l,~{memory}", side_effect=True)
-            return builder.call(asm, [address])
-        return types.uint32(array, index), codegen
 
     @cuda.jit(device=True, inline=True)
     def shfl_down(value, delta):

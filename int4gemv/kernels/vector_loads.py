@@ -7,8 +7,9 @@ element's bytes in the low bits of the first word). :func:`load8` is the 8-byte 
 :func:`load4` the 4-byte one (a 1-tuple, so that code written for any width reads alike). The
 address must be aligned to the load's width; the caller (the kernel configuration) guarantees
 it. The data must not be written while the kernel runs (the ``.nc`` read-only path), except for
-:func:`load16_l2` (``ld.global.cg``, cached in L2 only, never moved or merged by the compiler):
-data other blocks of the same launch wrote before a barrier between them.
+:func:`load16_l2` (``ld.global.cg``, cached in L2 only) and :func:`load_volatile`
+(``ld.volatile.global``, read anew at each call: a flag other blocks write), which the compiler
+never moves or merges: data other blocks of the same launch write.
 
 On Numba's simulator the same functions read the array element by element and assemble the
 words, so the kernels using them run unchanged (and slowly) on a CPU.
@@ -25,7 +26,7 @@ import numpy as np
 
 from .intrinsics import SIMULATED
 
-__all__ = ["load16", "load8", "load4", "load16_stream", "load16_l2", "prefetch_l1"]
+__all__ = ["load16", "load8", "load4", "load16_stream", "load16_l2", "load_volatile", "prefetch_l1"]
 
 if SIMULATED:
 
@@ -55,6 +56,10 @@ if SIMULATED:
         """The 4 bytes from element ``index`` of ``array`` as a 1-tuple of uint32 (4-byte aligned)."""
         return _words(array, index, 4)
 
+    def load_volatile(array, index):
+        """:func:`load4` of a flag other blocks write (the hardware form reads it anew each time)."""
+        return _words(array, index, 4)
+
     def prefetch_l1(array, index):
         """No cache here: reads element ``index`` (an index outside the array raises)."""
         array[int(index)]
@@ -66,13 +71,13 @@ else:
 
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
-    def _vector_load(count, cache=".nc", coherent=False):
+    def _vector_load(count, op="ld.global.nc", coherent=False):
         """``coherent``: a load the compiler must keep in place (volatile asm with a memory
         clobber), for data that other blocks write during the launch."""
         width = {4: ".v4", 2: ".v2", 1: ""}[count]
         regs = ", ".join(f"${i}" for i in range(count))
         regs = f"{{{regs}}}" if count > 1 else regs
-        text = f"ld.global{cache}{width}.u32 {regs}, [${count}];"
+        text = f"{op}{width}.u32 {regs}, [${count}];"
         constraints = ",".join(["=r"] * count + ["l"]) + (",~{memory}" if coherent else "")
 
         def load(typingctx, array, index):
@@ -99,14 +104,17 @@ else:
     load16.__doc__ = "``ld.global.nc.v4.u32``: 16 bytes from element ``index`` (16-byte aligned)."
     load8 = intrinsic(_vector_load(2))
     load8.__doc__ = "``ld.global.nc.v2.u32``: 8 bytes from element ``index`` (8-byte aligned)."
-    load16_stream = intrinsic(_vector_load(4, ".nc.L1::no_allocate"))
+    load16_stream = intrinsic(_vector_load(4, "ld.global.nc.L1::no_allocate"))
     load16_stream.__doc__ = ("``ld.global.nc.L1::no_allocate.v4.u32``: :func:`load16` of data read "
                              "once, kept out of L1 (which then holds data that is reused).")
-    load16_l2 = intrinsic(_vector_load(4, ".cg", coherent=True))
+    load16_l2 = intrinsic(_vector_load(4, "ld.global.cg", coherent=True))
     load16_l2.__doc__ = ("``ld.global.cg.v4.u32``: 16 bytes from element ``index`` (16-byte aligned), "
                          "read from L2: data other blocks of the launch wrote before a barrier.")
     load4 = intrinsic(_vector_load(1))
     load4.__doc__ = "``ld.global.nc.u32``: 4 bytes from element ``index`` as a 1-tuple (4-byte aligned)."
+    load_volatile = intrinsic(_vector_load(1, "ld.volatile.global", coherent=True))
+    load_volatile.__doc__ = ("``ld.volatile.global.u32``: 4 bytes from element ``index`` as a 1-tuple, read "
+                             "anew at each call (a flag other blocks write; polling it needs no atomic).")
 
     @intrinsic
     def prefetch_l1(typingctx, array, index):
