@@ -272,10 +272,8 @@ def test_persistent_chain_matches_float64_in_one_launch(rng, persistent_chain, b
     # one lane per column, one chunk a step: every K takes 2-4 steps, and the grid barrier runs
     # between every two phases (one block: the simulator runs blocks one after another); at
     # block size 64 two chunks share a scale
-    shape = replace(PERSISTENT, intermediate=128, block_size=block_size)
+    shape = PERSISTENT if block_size == 32 else replace(PERSISTENT, intermediate=128, block_size=block_size)
     weights = persistent_chain if block_size == 32 else random_chain(shape, seed=6)
-    if block_size == 32:
-        shape = PERSISTENT
     chain = PersistentChain(*weights, lanes=1, unroll=1)
     assert chain.launches == 2 and chain.blocks == 1
     x = rng.standard_normal(shape.hidden).astype(np.float16)
@@ -328,8 +326,7 @@ def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
 
     layers, lm_head = persistent_chain
     for kwargs, match in ((dict(lanes=3), "lanes"), (dict(lanes=True), "lanes"), (dict(cols=5), "cols"),
-                          (dict(unroll=0), "unroll"),
-                          (dict(blocks=True), "blocks")):
+                          (dict(unroll=0), "unroll"), (dict(blocks=True), "blocks")):
         with pytest.raises(ValueError, match=match):
             PersistentChain(layers, lm_head, **kwargs)
     with pytest.raises(TypeError, match="split_phases"):
