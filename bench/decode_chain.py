@@ -39,26 +39,17 @@ WORKLOAD = Path(__file__).resolve().parents[1] / "int4gemv" / "workloads" / "qwe
 #: Bytes of the buffer torch copies to measure the copy bandwidth (≫ the 60 MB L2).
 COPY_BYTES = 1 << 30
 
-__all__ = ["replay_times_us", "torch_copy_bandwidth", "measure_config", "run", "parse_args", "main"]
+__all__ = ["replay_timing", "torch_copy_bandwidth", "measure_config", "run", "parse_args", "main"]
 
 
-def replay_times_us(provider, graph_id: int, replays: int, warmup: int = 20) -> np.ndarray:
-    """µs of each of ``replays`` back-to-back replays: events recorded between consecutive replays
-    on the graph's stream (the warm-up fills the queue first, so the GPU never waits for the host
-    and no launch gap enters a sample)."""
-    from numba import cuda
+def replay_timing(provider, graph_id: int, replays: int, warmup: int = 20):
+    """:func:`int4gemv.benchmark.measure_replays` of graph ``graph_id``'s replays on its own
+    stream (µs per step: one replay is one step), after at least ``warmup`` untimed replays."""
+    from int4gemv.benchmark import measure_replays
 
-    stream = cuda.external_stream(provider.stream)
-    events = [cuda.event(timing=True) for _ in range(replays + 1)]
     provider.synchronize(graph_id)
-    for _ in range(warmup):
-        provider.replay(graph_id)
-    events[0].record(stream)
-    for e in events[1:]:
-        provider.replay(graph_id)
-        e.record(stream)
-    events[-1].synchronize()
-    return np.array([cuda.event_elapsed_time(a, b) * 1e3 for a, b in zip(events, events[1:])])
+    return measure_replays(lambda: provider.replay(graph_id), provider.stream, replays=replays,
+                           warmup=warmup)
 
 
 def torch_copy_bandwidth(replays: int = 20) -> tuple:
@@ -102,7 +93,7 @@ def _lm_head_standalone(chain, provider, graph_id, replays) -> float:
     op = chain.lm_head_launch()
     provider.record(graph_id, lambda cap: op(cap.stream))
     try:
-        return float(np.median(replay_times_us(provider, graph_id, replays)))
+        return replay_timing(provider, graph_id, replays).us
     finally:
         provider.release(graph_id)
 
@@ -135,7 +126,7 @@ def _timeline(chain, layers, lm_head, provider, graph_id, x, copy_bw, args) -> d
     g = stamped.capture(provider, graph_id, x)
     try:
         g(x)
-        t["us_per_step"] = float(np.median(replay_times_us(provider, graph_id, max(20, args.replays // 4))))
+        t["us_per_step"] = replay_timing(provider, graph_id, max(20, args.replays // 4)).us
     finally:
         g.release()
     return t
@@ -157,14 +148,13 @@ def measure_config(cfg, layers, lm_head, provider, x, ref, copy_bw, args, graph_
     eager_us = (time.perf_counter() - t0) / 5 * 1e6
     graph = chain.capture(provider, graph_id, x)
     replayed = graph(x)
-    samples = replay_times_us(provider, graph_id, args.replays)
+    timing = replay_timing(provider, graph_id, args.replays)
     graph.release()
     c = provider.counters
-    us = float(np.median(samples))
+    us = timing.us
     floor_us = chain.weight_bytes / copy_bw * 1e6
     row = dict(cfg, launches=chain.launches, data_dependent=True, us_per_step=us,
-               p10_us=float(np.percentile(samples, 10)), p90_us=float(np.percentile(samples, 90)),
-               replays=len(samples), floor_us=floor_us, x_floor=us / floor_us, pct_copy=100 * floor_us / us,
+               p10_us=timing.p10_us, p90_us=timing.p90_us, replays=timing.replays, floor_us=floor_us, x_floor=us / floor_us, pct_copy=100 * floor_us / us,
                eager_us=eager_us, replay_equals_eager=bool(np.array_equal(replayed, eager)),
                tolerance=tolerance(len(chain.layers)),
                counters_released={k: getattr(c, k) for k in ("graphs_alive", "pinned_buffers", "pinned_bytes",

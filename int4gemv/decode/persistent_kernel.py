@@ -82,15 +82,15 @@ def reset_kernel(done):
 
 
 @cuda.jit(device=True, inline=True)
+def _silu_word(g, u):
+    return pack_half2(silu_times(half_low(g), half_low(u)), silu_times(half_high(g), half_high(u)))
+
+
+@cuda.jit(device=True, inline=True)
 def _silu_words(g, u):
     """``silu(g)·u`` of 8 fp16 values (4 words each) as 4 fp16 words, rounded once."""
     return (_silu_word(g[0], u[0]), _silu_word(g[1], u[1]), _silu_word(g[2], u[2]),
             _silu_word(g[3], u[3]))
-
-
-@cuda.jit(device=True, inline=True)
-def _silu_word(g, u):
-    return pack_half2(silu_times(half_low(g), half_low(u)), silu_times(half_high(g), half_high(u)))
 
 
 @cuda.jit(device=True, inline=True)
