@@ -33,7 +33,7 @@ import numpy as np
 
 from .decode_configs import LAYOUTS, chain_options, parse_config
 from .decode_report import write_report
-from .decode_timeline import measure_timeline
+from .decode_timeline import measure_phases, measure_timeline
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "int4gemv" / "workloads" / "qwen3_vl_2b_decode.json"
 #: Bytes of the buffer torch copies to measure the copy bandwidth (≫ the 60 MB L2).
@@ -138,7 +138,7 @@ def measure_config(cfg, layers, lm_head, provider, x, ref, copy_bw, args, graph_
     from int4gemv.decode import DecodeChain, PersistentChain, tolerance
 
     if cfg["layout"] == "persistent":
-        chain = PersistentChain(layers, lm_head)
+        chain = PersistentChain(layers, lm_head, warps=cfg["warps"])
     else:
         chain = DecodeChain(layers, lm_head, **chain_options(cfg))
     eager = chain.run(x)
@@ -171,6 +171,17 @@ def measure_config(cfg, layers, lm_head, provider, x, ref, copy_bw, args, graph_
     ok = row["replay_equals_eager"] and row["rel_err"] < row["tolerance"] and not any(row["counters_released"].values())
     if cfg["layout"] != "persistent":
         row["lm_head"] = {"standalone_us": _lm_head_standalone(chain, provider, graph_id, args.replays)}
+    if args.timeline and cfg["layout"] == "persistent":
+        stamped = PersistentChain(layers, lm_head, warps=cfg["warps"], timeline=True)
+        row["phases"] = t = measure_phases(stamped, provider, graph_id, x, copy_bw)
+        t["equals_unstamped"] = bool(np.array_equal(t.pop("logits"), eager))
+        ok = ok and t["equals_unstamped"]
+        g = stamped.capture(provider, graph_id, x)
+        try:
+            g(x)
+            t["us_per_step"] = replay_timing(provider, graph_id, max(20, args.replays // 4)).us
+        finally:
+            g.release()
     if args.timeline and cfg["layout"] != "persistent":
         try:
             row["timeline"] = t = _timeline(chain, layers, lm_head, provider, graph_id, x, copy_bw, args)
@@ -240,7 +251,7 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, required=True, help="folder for the JSON results")
     p.add_argument("--workload", type=Path, default=WORKLOAD, help="workload JSON (model shapes)")
     p.add_argument("--configs", nargs="+", help="layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]]"
-                   "[:down=CxUkP] (overrides the next two)")
+                   "[:down=CxUkP], or persistent:[warps=W] (overrides the next two)")
     p.add_argument("--tunings", nargs="+", default=list(TUNINGS[:6]), choices=TUNINGS)
     p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     p.add_argument("--layers", type=int, help="layers (default: the workload's)")

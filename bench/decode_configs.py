@@ -1,4 +1,5 @@
-"""The decode-chain bench's configurations: ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP]``.
+"""The decode-chain bench's configurations: ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP]``,
+or ``persistent:[warps=W]`` (the persistent chain with ``W`` warps a block).
 
 ``bps``: grid cap in blocks per SM; ``silu``: silu·mul as a programmatic launch or not (default
 as the tuning), or ``fused`` into the split-K down kernel; ``KIND=CxU``: that GEMV kind on the
@@ -30,6 +31,11 @@ def parse_config(text: str) -> dict:
                          f"and tuning in {TUNINGS}")
     cfg = dict(layout=layout, tuning=tuning, blocks_per_sm=None, silu_pdl=None, kind_tunings={}, label=tuning,
                down_split=None, fuse_silu=False)
+    if layout == "persistent":   # persistent:[warps=W]
+        warps = re.fullmatch(r"(?:warps=(\d+))?", tuning)
+        if warps is None or extras:
+            raise ValueError(f"configuration {text!r}: expected persistent: or persistent:warps=W")
+        return dict(cfg, tuning="persistent", warps=int(warps[1] or 4), label=f"warps={warps[1] or 4}")
     for e in extras:
         key, _, value = e.partition("=")
         shape = re.fullmatch(r"(\d+)x(\d+)([sr]?)", value)

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from .decode_timeline import plot, print_timeline
+from .decode_timeline import plot, print_phases, print_timeline
 
 __all__ = ["print_table", "write_report", "markdown_rows", "main"]
 
@@ -44,6 +44,8 @@ def write_report(report: dict, args) -> Path:
     for row in report["configs"]:
         if row.get("timeline"):
             print_timeline(row)
+        if row.get("phases"):
+            print_phases(row)
     if args.png:
         try:
             plot(report, args.png)

@@ -5,6 +5,8 @@ per-block ``%globaltimer`` stamps) into an owned graph, replays it ``replays`` t
 per launch, the median over replays of each span field (:func:`int4gemv.decode.timeline.kernel_spans`).
 :func:`kind_summary` reduces the 28 layers to one row per kernel kind; :func:`plot` draws the
 step kernel by kernel against the byte floor (matplotlib, imported on first use).
+:func:`measure_phases` and :func:`print_phases` do the same for the persistent chain's phases
+(:func:`int4gemv.decode.timeline.phase_spans`: barrier, staging, work and tail of each phase).
 
 ``python -m bench.decode_timeline RESULTS.json --png OUT.png`` redraws the figure from a results
 file (for a device without matplotlib).
@@ -19,10 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["measure_timeline", "kind_summary", "print_timeline", "plot", "main"]
+__all__ = ["measure_timeline", "kind_summary", "measure_phases", "print_phases", "plot", "main"]
 
 #: Span fields whose median over replays the timeline keeps.
 FIELDS = ("start", "last_entry", "first_exit", "end", "overlap", "adds")
+#: Phase fields (persistent chain) whose median over replays the timeline keeps.
+PHASE_FIELDS = ("barrier", "stage", "work", "tail", "adds")
 #: Kernel kinds in step order, and their colours in the figure.
 COLOURS = {"qkv": "tab:blue", "q": "tab:blue", "k": "tab:cyan", "v": "tab:cyan", "o": "tab:orange",
            "gate_up": "tab:green", "gate": "tab:green", "up": "tab:olive", "silu_mul": "tab:red",
@@ -71,6 +75,44 @@ def kind_summary(spans) -> list:
                         adds=adds, floor=floor, x_floor=adds / floor if floor else None,
                         adds_total=float(sum(r["adds"] for r in rows))))
     return out
+
+
+def measure_phases(chain, provider, graph_id: int, x, copy_bw: float, replays: int = 15) -> dict:
+    """The persistent chain's :func:`measure_timeline`: ``chain`` is a ``PersistentChain(
+    timeline=True)``; returns ``{"phases": [...], "kinds": [...], "logits"}`` with, per phase,
+    the median over replays of each of :data:`PHASE_FIELDS`, and per kind their sums over the
+    step (µs); the graph is released."""
+    from int4gemv.decode.timeline import phase_spans
+
+    graph = chain.capture(provider, graph_id, x)
+    try:
+        runs = []
+        for _ in range(replays):
+            logits = graph(x)
+            runs.append(phase_spans(chain.stamps.copy_to_host(), chain.kernels, copy_bw))
+    finally:
+        graph.release()
+    phases = [dict(first, **{f: round(float(np.median([r[i][f] for r in runs])), 4) for f in PHASE_FIELDS})
+              for i, first in enumerate(runs[0])]
+    kinds = {}
+    for r in phases:
+        k = kinds.setdefault(r["name"], dict(kind=r["name"], phases=0, floor=0.0, **{f: 0.0 for f in PHASE_FIELDS}))
+        k["phases"] += 1
+        k["floor"] += r["floor"]
+        for f in PHASE_FIELDS:
+            k[f] += r[f]
+    return dict(phases=phases, kinds=list(kinds.values()), logits=logits)
+
+
+def print_phases(row: dict, out=sys.stdout) -> None:
+    """The per-kind table of a persistent configuration's phases (µs summed over the step)."""
+    t = row["phases"]
+    print(f"\nphases {row['label']}: stamped step {t['us_per_step']:.1f} µs (unstamped {row['us_per_step']:.1f}); "
+          f"µs summed over each kind's phases", file=out)
+    print(f"{'kind':9}{'n':>4}" + "".join(f"{f:>9}" for f in PHASE_FIELDS) + f"{'floor':>9}{'×floor':>8}", file=out)
+    for k in t["kinds"]:
+        print(f"{k['kind']:9}{k['phases']:>4}" + "".join(f"{k[f]:>9.1f}" for f in PHASE_FIELDS)
+              + f"{k['floor']:>9.1f}{k['adds'] / k['floor']:>8.2f}", file=out)
 
 
 def print_timeline(row: dict, out=sys.stdout) -> None:

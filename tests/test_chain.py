@@ -298,6 +298,39 @@ def test_persistent_chain_spread_over_blocks_is_the_one_launch(rng, persistent_c
     assert relative_error(one, reference_logits(*persistent_chain, x)) < tolerance(PERSISTENT.layers)
 
 
+def test_persistent_chain_with_stamps_or_more_warps_is_the_same_chain(rng, persistent_chain):
+    from int4gemv.decode.persistent import PersistentChain
+    from int4gemv.decode.timeline import phase_spans
+
+    x = rng.standard_normal(PERSISTENT.hidden).astype(np.float16)
+    plain = PersistentChain(*persistent_chain, lanes=2, unroll=1).run(x)
+    timed = PersistentChain(*persistent_chain, lanes=2, unroll=1, timeline=True)
+    np.testing.assert_array_equal(timed.run(x), plain)
+    stamps = timed.stamps.copy_to_host()
+    assert stamps.shape == (len(timed.phases), 1, 3) and (stamps > 0).all()
+    assert (np.diff(stamps.reshape(-1).astype(np.int64)) >= 0).all()   # start, staged, arrived, next...
+    spans = phase_spans(stamps, timed.kernels, 1e12)
+    assert [r["name"] for r in spans] == ["qkv", "o", "gate_up", "down"] * PERSISTENT.layers + ["lm_head"]
+    assert spans[-1]["bytes"] == persistent_chain[1].nbytes and spans[4]["layer"] == 1
+    # 8 warps a block: other warps take other column groups; every column sums in the same order
+    wide = PersistentChain(*persistent_chain, lanes=2, unroll=1, warps=8)
+    np.testing.assert_array_equal(wide.run(x), plain)
+    assert wide.completed().tolist() == [1] * len(wide.phases)
+
+
+def test_persistent_chain_stages_rows_longer_than_two_pieces_a_thread(rng):
+    from int4gemv.decode.persistent import PersistentChain
+
+    # one warp a block: down's row (K = 640, silu) is 80 pieces of 8 for 32 threads, so a thread
+    # stages pieces i and i + 32 in one pass and some threads a third piece alone
+    shape = ChainShape(layers=1, hidden=64, intermediate=640, q_dim=64, kv_dim=24, vocab=40)
+    weights = random_chain(shape, seed=8)
+    chain = PersistentChain(*weights, warps=1, lanes=8)
+    x = rng.standard_normal(shape.hidden).astype(np.float16)
+    chain.logits.copy_to_device(np.full(shape.vocab, np.nan, np.float16))
+    assert relative_error(chain.run(x), reference_logits(*weights, x)) < tolerance(shape.layers)
+
+
 def test_persistent_chain_fails_rather_than_hangs_when_its_grid_is_not_resident(rng, persistent_chain):
     from int4gemv.decode.persistent import PersistentChain
 
@@ -326,11 +359,14 @@ def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
 
     layers, lm_head = persistent_chain
     for kwargs, match in ((dict(lanes=3), "lanes"), (dict(lanes=True), "lanes"), (dict(cols=5), "cols"),
-                          (dict(unroll=0), "unroll"), (dict(blocks=True), "blocks")):
+                          (dict(unroll=0), "unroll"), (dict(blocks=True), "blocks"), (dict(warps=5), "warps"),
+                          (dict(warps=True), "warps")):
         with pytest.raises(ValueError, match=match):
             PersistentChain(layers, lm_head, **kwargs)
     with pytest.raises(TypeError, match="split_phases"):
         PersistentChain(layers, lm_head, split_phases=1)
+    with pytest.raises(TypeError, match="timeline"):
+        PersistentChain(layers, lm_head, timeline="yes")
     odd = random_chain(ChainShape(layers=1, hidden=64, intermediate=96, q_dim=64, kv_dim=24, vocab=40,
                                   block_size=16), seed=1)
     with pytest.raises(ValueError, match="block size 32, 64 or 128"):

@@ -12,7 +12,7 @@ from int4gemv.kernels.half2 import (NO_ZP_HIGH, NO_ZP_LOW, dequant8, offset_pair
                                     zero_point_constants)
 from int4gemv.kernels.intrinsics import (and_or, bf16_bits, float_as_int, int_as_float, pack_half2,
                                         prefetch_l2)
-from int4gemv.kernels.vector_loads import load4, load8, load16, load_volatile, prefetch_l1
+from int4gemv.kernels.vector_loads import load4, load8, load16, load_acquire, load_volatile, prefetch_l1
 
 LANES = 32
 
@@ -251,12 +251,14 @@ def test_bf16_bits_rounds_to_nearest_even_as_ml_dtypes_does(rng):
 def _volatile_kernel(flags, out):
     i = cuda.grid(1)
     if i < flags.shape[0]:
-        out[i] = load_volatile(flags, i)[0]
+        out[0, i] = load_volatile(flags, i)[0]
+        out[1, i] = load_acquire(flags, i)[0]
 
 
-def test_load_volatile_reads_each_element_as_uint32(rng):
-    # the grid barrier's poll of a counter: element i, its 4 bytes as uint32 (negative int32 too)
+def test_flag_reads_return_each_element_as_uint32(rng):
+    # the grid barrier's poll of a counter (volatile) and its acquiring read: element i, its 4
+    # bytes as uint32 (negative int32 too)
     flags = rng.integers(-2**31, 2**31, LANES, dtype=np.int64).astype(np.int32)
-    out = cuda.to_device(np.zeros(LANES, np.uint32))
+    out = cuda.to_device(np.zeros((2, LANES), np.uint32))
     _volatile_kernel[1, LANES](cuda.to_device(flags), out)
-    np.testing.assert_array_equal(out.copy_to_host(), flags.view(np.uint32))
+    np.testing.assert_array_equal(out.copy_to_host(), np.stack([flags.view(np.uint32)] * 2))

@@ -11,7 +11,7 @@ from numba import cuda
 
 from int4gemv.decode.stamps import stamp_buffer, stamped
 from int4gemv.device import simulated
-from int4gemv.decode.timeline import kernel_spans, layer_totals, stamp_granularity
+from int4gemv.decode.timeline import kernel_spans, layer_totals, phase_spans, stamp_granularity
 from int4gemv.kernels.global_timer import global_timer
 
 
@@ -94,6 +94,25 @@ def test_kernel_spans_refuse_a_launch_that_did_not_run():
         kernel_spans(s, [("qkv", 0, 1)], 1e12)
 
 
+def test_phase_spans_split_each_phase_into_barrier_staging_work_and_tail():
+    # (start, staged, arrived) per block, ns. Phase 0: blocks start 1000/1000/1200, arrive
+    # 3000/3000/3400; phase 1 starts 3900/3900/4000 (median 0.5 µs after the last arrival),
+    # stages 200 ns, arrives at 5000/5100/5100.
+    s = np.array([[(1000, 1500, 3000), (1000, 1400, 3000), (1200, 1500, 3400)],
+                  [(3900, 4100, 5000), (3900, 4100, 5100), (4000, 4200, 5100)]], np.uint64)
+    a, b = phase_spans(s, [("qkv", 0, 2_000_000), ("o", 0, 0)], copy_bw=1e12)
+    assert a["barrier"] == 0.0 and a["stage"] == pytest.approx(0.4) and a["work"] == pytest.approx(1.6)
+    assert a["tail"] == pytest.approx(0.4) and a["adds"] == pytest.approx(2.4) and a["x_floor"] == pytest.approx(1.2)
+    assert b["barrier"] == pytest.approx(0.5) and b["stage"] == pytest.approx(0.2)
+    assert b["work"] == pytest.approx(0.9) and b["tail"] == 0.0 and b["adds"] == pytest.approx(1.7)
+    assert b["x_floor"] is None and (b["name"], b["layer"], b["index"]) == ("o", 0, 1)
+    s[1, 2, 1] = 0
+    with pytest.raises(ValueError, match="did not stamp every phase"):
+        phase_spans(s, [("qkv", 0, 1), ("o", 0, 1)], 1e12)
+    with pytest.raises(ValueError, match="stamps must have shape"):
+        phase_spans(s[:1], [("qkv", 0, 1), ("o", 0, 1)], 1e12)
+
+
 def test_bench_configurations_parse_to_chain_keywords():
     from bench.decode_configs import kind_tunings, parse_config
 
@@ -103,7 +122,9 @@ def test_bench_configurations_parse_to_chain_keywords():
     tunings = kind_tunings(cfg)
     assert tunings["qkv"].activations == "streaming" and tunings["qkv"].pdl
     assert (tunings["down"].cols, tunings["down"].unroll, tunings["down"].activations) == (1, 8, None)
-    for bad in ("merged:fast", "diagonal:auto", "merged:auto:bps=0", "merged:auto:mlp=4x4"):
+    assert (parse_config("persistent:")["warps"], parse_config("persistent:warps=16")["label"]) == (4, "warps=16")
+    for bad in ("merged:fast", "diagonal:auto", "merged:auto:bps=0", "merged:auto:mlp=4x4", "persistent:warps=x",
+                "persistent:auto", "persistent:warps=8:bps=2"):
         with pytest.raises(ValueError, match="configuration"):
             parse_config(bad)
 

@@ -17,8 +17,8 @@ from ..backend import require_gpu
 from ..device import device_facts
 from .launches import KernelLaunch
 from .model import check_chain
-from .persistent_kernel import (BLOCKS_PER_SM, MAX_COLS, MAX_K, MAX_UNROLL, PHASE_FIELDS, WARPS,
-                                chain_kernel, reset_kernel)
+from .persistent_kernel import (MAX_COLS, MAX_K, MAX_UNROLL, PHASE_FIELDS, WARPS_PER_SM, chain_kernel,
+                                reset_kernel)
 from .step import ChainStep
 
 __all__ = ["PersistentChain", "phase_tiling"]
@@ -39,17 +39,23 @@ class PersistentChain(ChainStep):
     """The chain over ``layers`` and ``lm_head`` in one persistent launch.
 
     Args:
-        blocks: grid size (default: ``BLOCKS_PER_SM`` per multiprocessor; 1 on the simulator,
-            whose blocks run one after another and so cannot wait for each other).
+        warps: warps a block, 1, 2, 4, 8 or 16 (``WARPS_PER_SM // warps`` blocks per multiprocessor).
+        blocks: grid size (default: as many as fit, ``WARPS_PER_SM // warps`` per multiprocessor;
+            1 on the simulator, whose blocks run one after another and so cannot wait for each
+            other).
         lanes: lanes per column (32 on the GPU; fewer let small test shapes take several steps).
         cols, unroll: every phase's columns per lane and chunks per step (``None``:
             :func:`phase_tiling`); test hooks.
         split_phases: one launch per phase instead of one for all (a test hook: the simulator
             then runs several blocks per phase; the kernel and its counters are the same).
+        timeline: run the stamped kernel: each replay leaves every block's phase stamps in
+            ``stamps`` (``[phases, blocks, 3]``, :func:`int4gemv.decode.timeline.phase_spans`),
+            and ``kernels`` names each phase ``(name, layer, weight_bytes)``.
     """
 
-    def __init__(self, layers, lm_head, *, blocks: int | None = None, lanes: int = 32,
-                 cols: int | None = None, unroll: int | None = None, split_phases: bool = False):
+    def __init__(self, layers, lm_head, *, warps: int = 4, blocks: int | None = None, lanes: int = 32,
+                 cols: int | None = None, unroll: int | None = None, split_phases: bool = False,
+                 timeline: bool = False):
         layers, (H, Q, KV, I) = check_chain(layers, lm_head)
         phases = [w for x in layers for w in (x.qkv, x.o, x.gate_up, x.down)] + [lm_head]
         for w in phases:
@@ -62,9 +68,10 @@ class PersistentChain(ChainStep):
                                 ("unroll", unroll, 1, MAX_UNROLL)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi and v > hi)):
                 raise ValueError(f"{name} must be None or an int in [{lo}, {hi or 'inf'}]; got {v!r}")
-        if not isinstance(split_phases, bool):
-            raise TypeError(f"split_phases must be a bool; got {type(split_phases).__name__}")
-        kernel = chain_kernel(lanes)       # ValueError naming lanes
+        for name, v in (("split_phases", split_phases), ("timeline", timeline)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
+        kernel = chain_kernel(lanes, warps, timeline)       # ValueError naming lanes or warps
         require_gpu("int4gemv.decode.PersistentChain")   # arguments first; then before any device array
         self.layers, self.lm_head, self.hidden = layers, lm_head, H
         self.merged, self.tuning = True, "persistent"
@@ -76,14 +83,14 @@ class PersistentChain(ChainStep):
         self.x = self.acts[:H]
         self.logits = self.acts[offsets["logits"]:offsets["logits"] + lm_head.N]
         if blocks is None:
-            blocks = 1 if config.ENABLE_CUDASIM else BLOCKS_PER_SM * device_facts()[1]
+            blocks = 1 if config.ENABLE_CUDASIM else WARPS_PER_SM // warps * device_facts()[1]
         # (activation, silu, bias, output) per phase of a layer; then lm_head.
         wiring = [("x", 0, None, "qkv"), ("qkv", 0, "x", "h"), ("h", 0, None, "gu"), ("gu", 1, "h", "x")]
         table, word_parts, scale_parts, words, scales = [], [], [], 0, 0
         for i, w in enumerate(phases):
             act, silu, bias, out = wiring[i % 4] if i < len(phases) - 1 else ("x", 0, None, "logits")
             row_bytes = w.n_blocks * w.block_size // 2
-            c, u = phase_tiling(w.N, w.K, lanes, blocks * WARPS)
+            c, u = phase_tiling(w.N, w.K, lanes, blocks * warps)
             shift = (w.block_size // 32).bit_length() - 1      # log2(block size / 32)
             table.append((words, scales, w.K, w.N, row_bytes, w.n_blocks, shift, offsets[act], silu,
                           -1 if bias is None else offsets[bias], offsets[out], cols or c, unroll or u))
@@ -95,17 +102,22 @@ class PersistentChain(ChainStep):
         self.scales = cuda.to_device(np.concatenate(scale_parts))
         self.phases = cuda.to_device(np.array(table, np.int64))
         self.done = cuda.to_device(np.zeros(len(table) + 1, np.int32))   # + the timed-out barriers
-        self.blocks, self.lanes, self.split_phases = blocks, lanes, split_phases
+        self.blocks, self.warps, self.lanes, self.split_phases = blocks, warps, lanes, split_phases
+        kinds = ("qkv", "o", "gate_up", "down")
+        self.kernels = [(kinds[i % 4], i // 4, w.nbytes) for i, w in enumerate(phases[:-1])] + \
+            [("lm_head", -1, lm_head.nbytes)]
+        self.stamps = cuda.to_device(np.zeros((len(table), blocks, 3) if timeline else (1, 1, 3), np.uint64))
         spans = [(p, p + 1) for p in range(len(table))] if split_phases else [(0, len(table))]
         self._ops = (KernelLaunch(reset_kernel, -(-(len(table) + 1) // 256), 256, self.done),) + tuple(
-            KernelLaunch(kernel, blocks, 32 * WARPS, self.packed, self.scales, self.acts, self.phases,
-                         self.done, first, last, cooperative=not split_phases) for first, last in spans)
+            KernelLaunch(kernel, blocks, 32 * warps, self.packed, self.scales, self.acts, self.phases,
+                         self.done, first, last, self.stamps, cooperative=not split_phases)
+            for first, last in spans)
         self.launches = len(self._ops)
         self.weight_bytes = sum(w.nbytes for w in phases)
 
     def __repr__(self):
         return (f"PersistentChain({len(self.layers)} layers, {len(self.phases)} phases, "
-                f"{self.blocks} blocks of {WARPS} warps, {self.lanes} lanes per column)")
+                f"{self.blocks} blocks of {self.warps} warps, {self.lanes} lanes per column)")
 
     def completed(self) -> np.ndarray:
         """Blocks that ended each phase in the last step (each equals ``blocks``)."""

@@ -1,6 +1,6 @@
 """Experimental persistent chain kernel: one launch runs every GEMV phase of a decode step.
 
-**Schedule (static).** Warp ``gw = block * WARPS + warp`` of a grid of ``G`` warps takes the column
+**Schedule (static).** Warp ``gw = block * warps + warp`` of a grid of ``G`` warps takes the column
 groups ``gw, gw + G, ...`` of every phase, in phase order. A group is ``P * cols`` columns, ``P =
 32 / lanes`` column slots of ``lanes`` lanes (``cols`` per phase, at most :data:`MAX_COLS`): lane
 ``s`` of slot ``q`` takes the columns ``g * P * cols + q + c * P`` and their 32-element chunks ``s,
@@ -9,20 +9,24 @@ weight load of a step issued before any is used. The arithmetic is the default t
 fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired fp16 activations, 8 products a half in
 fp16, then float32 with the group's scale).
 
-**Phase boundaries are grid barriers.** When a block's warps have stored a phase's outputs, each
-warp issues the loads of its first step of the next phase (the weights never depend on an
-earlier phase: they fly while the barrier waits), then the block arrives at the phase's counter
-``done[p]`` and waits until all ``gridDim.x`` blocks have. The grid must therefore be resident at
-once: it is launched cooperatively (the driver refuses a grid that cannot be). After the barrier
+**Phase boundaries are grid barriers.** When a block's warps have stored a phase's outputs, the
+block counts itself in the phase's counter ``done[p]`` (a fence, then an atomic), then each warp
+issues the loads of its first step of the next phase (the weights never depend on an earlier
+phase: they fly while the barrier waits; issued after the fence, which would wait for them), then
+the block waits until all ``gridDim.x`` blocks have counted. The grid must therefore be resident
+at once: it is launched cooperatively (the driver refuses a grid that cannot be). After the barrier
 the block stages the phase's activation row in shared memory (:func:`~int4gemv.kernels.
 vector_loads.load16_l2`: other blocks wrote it in this launch), re-paired as the default tiling's
 stage (:data:`CHUNK_STRIDE`), with ``silu(g)·u`` rounded to fp16 for a ``silu`` phase (gate/up's
 outputs ``g`` at ``act``, ``u`` at ``act + K``); the bias (the residual) is read from L2 too.
 
-**Launches.** ``kernel(packed, scales, acts, phases, done, first, last)`` runs phases ``first ..
-last - 1`` with a barrier between two of them; every block counts every phase it ends in
-``done[p]`` (so a launch per phase, which the simulator's tests use to run several blocks, counts
-as one launch of all), and a barrier it gave up on in ``done[-1]``. Symmetric weights (zero point
+**Launches.** ``kernel(packed, scales, acts, phases, done, first, last, stamps)`` runs phases
+``first .. last - 1`` with a barrier between two of them; every block counts every phase it ends
+in ``done[p]`` (so a launch per phase, which the simulator's tests use to run several blocks,
+counts as one launch of all), and a barrier it gave up on in ``done[-1]``. A ``timed`` kernel's
+thread 0 of block ``b`` writes ``%globaltimer`` to ``stamps[p, b, k]`` (uint64 ``[phases, blocks,
+3]``; blocks past its second axis write nothing) at :data:`PHASE_START`, :data:`STAGED` and
+:data:`ARRIVED`; an untimed one never reads ``stamps``. Symmetric weights (zero point
 8), block sizes 32, 64, 128, K a multiple of 32 and at most :data:`MAX_K`; fp16. Phases are rows
 of an int64 table (:data:`PHASE_FIELDS`).
 """
@@ -37,14 +41,19 @@ from numba import cuda, float32, uint32
 from ..kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, pair_words
 from ..kernels.intrinsics import SIMULATED, half2_sum, pack_half2, shfl_xor
 from ..kernels.nibble_pairs import half_high, half_low
-from ..kernels.vector_loads import load16, load16_l2, load_volatile
+from ..kernels.global_timer import global_timer
+from ..kernels.vector_loads import load16, load16_l2, load_acquire, load_volatile
 from .silu_mul import silu_times
 
-__all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS", "BLOCKS_PER_SM", "MAX_COLS",
-           "MAX_UNROLL", "MAX_K", "CHUNK_STRIDE", "SPIN_LIMIT"]
+__all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS_PER_SM", "WARP_CHOICES", "MAX_COLS",
+           "MAX_UNROLL", "MAX_K", "CHUNK_STRIDE", "SPIN_LIMIT", "PHASE_START", "STAGED", "ARRIVED"]
 
-#: Warps of a block; blocks per SM of the GPU's grid (its launch bounds).
-WARPS, BLOCKS_PER_SM = 4, 4
+#: Warps per SM of the GPU's grid (128 registers a thread fill the register file), and the
+#: warps a block may have (its launch bounds: ``WARPS_PER_SM // warps`` blocks per SM).
+WARPS_PER_SM, WARP_CHOICES = 16, (1, 2, 4, 8, 16)
+#: Indices of the phase stamps (``timed``): the block starts the phase (passed the barrier),
+#: has staged its activations, has stored its outputs and counted itself.
+PHASE_START, STAGED, ARRIVED = 0, 1, 2
 #: The largest columns per lane and chunks per step a phase may take (the registers compiled).
 MAX_COLS, MAX_UNROLL = 4, 2
 #: The longest activation row the shared stage holds (20 KB a block).
@@ -107,14 +116,20 @@ def _half_dot(w0, w1, x0, x1):
     return half2_sum(dot8(w1, x1[0], x1[1], x1[2], x1[3], NO_ZP_LOW, NO_ZP_HIGH, t))
 
 
-@functools.lru_cache(maxsize=None)
-def chain_kernel(lanes: int = 32):
-    """The persistent chain kernel with ``lanes`` lanes per column (1, 2, 4, 8, 16 or 32)."""
+@functools.lru_cache(maxsize=None, typed=True)   # typed: lanes=True is refused, not lanes=1
+def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
+    """The persistent chain kernel with ``lanes`` lanes per column (1, 2, 4, 8, 16 or 32) and
+    ``warps`` warps a block (one of :data:`WARP_CHOICES`; ``WARPS_PER_SM // warps`` blocks per
+    SM); ``timed``: it writes phase stamps (the module docstring)."""
     if isinstance(lanes, bool) or lanes not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"lanes must be a power of two from 1 to 32; got {lanes!r}")
-    L, P, LOG_L = lanes, 32 // lanes, lanes.bit_length() - 1
-    C, U, THREADS = MAX_COLS, MAX_UNROLL, 32 * WARPS
-    bounds = {} if SIMULATED else {"launch_bounds": (THREADS, BLOCKS_PER_SM)}
+    if isinstance(warps, bool) or warps not in WARP_CHOICES:
+        raise ValueError(f"warps must be one of {WARP_CHOICES}; got {warps!r}")
+    if not isinstance(timed, bool):
+        raise TypeError(f"timed must be a bool; got {type(timed).__name__}")
+    L, P, LOG_L, WARPS, TIMED = lanes, 32 // lanes, lanes.bit_length() - 1, warps, timed
+    C, U, THREADS = MAX_COLS, MAX_UNROLL, 32 * warps
+    bounds = {} if SIMULATED else {"launch_bounds": (THREADS, WARPS_PER_SM // warps)}
     ALIGN = None if SIMULATED else 16            # group reads as LDS.128
     STAGE = MAX_K // 32 * CHUNK_STRIDE           # the staged row's words
 
@@ -175,40 +190,65 @@ def chain_kernel(lanes: int = 32):
             acc[c] = float32(0.0)
 
     @cuda.jit(device=True, inline=True)
+    def put(stage, i, x):
+        """Staged piece ``i`` (8 activations, 4 fp16 words ``x``), re-paired."""
+        w = pair_words(x[0], x[1], x[2], x[3])
+        b = uint32(CHUNK_STRIDE) * uint32(i // 4) + uint32(4 * (i % 4))
+        for e in range(4):
+            stage[b + uint32(e)] = w[e]
+
+    @cuda.jit(device=True, inline=True)
     def stage_row(acts, stage, f):
-        """The block stages the phase's activations, re-paired (``silu(g)·u`` for silu)."""
+        """The block stages the phase's activations, re-paired (``silu(g)·u`` for silu). A thread
+        loads its pieces ``i`` and ``i + THREADS`` before it uses either (each L2 load is a
+        compiler barrier: one at a time, every piece would cost a round trip)."""
         K, base, silu = f[2], f[7], f[8]
-        for i in range(cuda.threadIdx.x, K // 8, THREADS):
+        pieces = K // 8
+        for i in range(cuda.threadIdx.x, pieces, 2 * THREADS):
+            j = min(i + THREADS, pieces - 1)        # past the row: a repeated read, never staged
             x = load16_l2(acts, base + 8 * i)
+            y = load16_l2(acts, base + 8 * j)
             if silu:
-                x = _silu_words(x, load16_l2(acts, base + K + 8 * i))
-            w = pair_words(x[0], x[1], x[2], x[3])
-            b = uint32(CHUNK_STRIDE) * uint32(i // 4) + uint32(4 * (i % 4))
-            for e in range(4):
-                stage[b + uint32(e)] = w[e]
+                u = load16_l2(acts, base + K + 8 * i)
+                v = load16_l2(acts, base + K + 8 * j)
+                x, y = _silu_words(x, u), _silu_words(y, v)
+            put(stage, i, x)
+            if i + THREADS < pieces:
+                put(stage, i + THREADS, y)
         cuda.syncthreads()
 
     @cuda.jit(device=True, inline=True)
-    def arrive(done, p, wait):
-        """The block has ended phase ``p`` (every thread's stores before the count); with
-        ``wait``, return once every block of the grid has, or after :data:`SPIN_LIMIT` polls,
-        counted in the table's last slot (a grid that is not resident at once fails, not hangs)."""
+    def signal(done, p):
+        """The block has ended phase ``p``: once every thread's stores are made, count it in
+        ``done[p]`` (before the block issues its next loads, which a fence would wait for)."""
         cuda.syncthreads()
         if cuda.threadIdx.x == 0:
             cuda.threadfence()
             cuda.atomic.add(done, p, 1)
-            if wait:
-                spins = 0
-                while load_volatile(done, p)[0] < uint32(cuda.gridDim.x):   # a read, not an atomic
-                    spins += 1
-                    if spins == SPIN_LIMIT:
-                        cuda.atomic.add(done, done.shape[0] - 1, 1)
-                        break
-                cuda.threadfence()
+
+    @cuda.jit(device=True, inline=True)
+    def wait(done, p):
+        """Return once every block of the grid has ended phase ``p``, or after :data:`SPIN_LIMIT`
+        polls, counted in the table's last slot (a grid that is not resident at once fails, not
+        hangs). The polls are plain reads; one acquiring read orders the block's later loads."""
+        if cuda.threadIdx.x == 0:
+            spins = 0
+            while load_volatile(done, p)[0] < uint32(cuda.gridDim.x):   # a read, not an atomic
+                spins += 1
+                if spins == SPIN_LIMIT:
+                    cuda.atomic.add(done, done.shape[0] - 1, 1)
+                    break
+            load_acquire(done, p)
         cuda.syncthreads()
 
+    @cuda.jit(device=True, inline=True)
+    def stamp(stamps, p, k):
+        """With ``timed``: thread 0 of block ``b`` writes the clock to ``stamps[p, b, k]``."""
+        if TIMED and cuda.threadIdx.x == 0 and cuda.blockIdx.x < stamps.shape[1]:
+            stamps[p, cuda.blockIdx.x, k] = global_timer()
+
     @cuda.jit(**bounds)
-    def kernel(packed, scales, acts, phases, done, first, last):
+    def kernel(packed, scales, acts, phases, done, first, last, stamps):
         warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
         s, q = lane % L, lane // L
         gw = cuda.blockIdx.x * WARPS + warp
@@ -224,7 +264,9 @@ def chain_kernel(lanes: int = 32):
         if gw < groups_of(f):
             issue(packed, scales, f, gw, 0, s, q, raw, sv)
         while p < last:
+            stamp(stamps, p, PHASE_START)
             stage_row(acts, stage, f)
+            stamp(stamps, p, STAGED)
             groups = groups_of(f)
             steps = (f[2] // 32 + L * f[12] - 1) // (L * f[12])
             for r in range((groups + G - 1) // G):   # block-uniform rounds: every lane shuffles
@@ -235,11 +277,13 @@ def chain_kernel(lanes: int = 32):
                             issue(packed, scales, f, g, st, s, q, raw, sv)
                         fold(stage, f, st, s, raw, sv, acc)
                 finish(acts, f, g, s, q, acc)   # past the groups: stores nothing
+            signal(done, p)
+            stamp(stamps, p, ARRIVED)
             p += 1
             if p < last:
                 f = fields(phases, p)
                 if gw < groups_of(f):   # the next phase's first weights fly while the grid waits
                     issue(packed, scales, f, gw, 0, s, q, raw, sv)
-            arrive(done, p - 1, p < last)
+                wait(done, p - 1)
 
     return kernel

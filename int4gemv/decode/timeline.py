@@ -14,6 +14,10 @@ replay's buffer :func:`kernel_spans` derives, per launch, in µs from the step's
 
 :func:`layer_totals` sums ``adds`` and bytes per layer; :func:`stamp_granularity` is the
 smallest step between distinct stamps (the clock's visible resolution).
+
+The persistent chain (``PersistentChain(timeline=True)``) stamps each block's phases instead
+(:mod:`.persistent_kernel`: start, staged, arrived); :func:`phase_spans` splits each phase's
+``adds`` into the barrier, the activation staging, the GEMV work and the slowest block's tail.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 
 from .stamps import ENTRY, EXIT
 
-__all__ = ["kernel_spans", "layer_totals", "stamp_granularity"]
+__all__ = ["kernel_spans", "phase_spans", "layer_totals", "stamp_granularity"]
 
 
 def _check(stamps, kernels):
@@ -58,6 +62,36 @@ def kernel_spans(stamps, kernels, copy_bw: float) -> list:
                          overlap=0.0 if prev_end is None else prev_end - start, adds=adds,
                          bytes=int(nbytes), floor=floor, x_floor=adds / floor if floor else None))
         prev_end = end
+    return rows
+
+
+def phase_spans(stamps, phases, copy_bw: float) -> list:
+    """One dict per phase of a persistent chain from its stamp buffer ``[phases, blocks, 3]``
+    (``start, staged, arrived`` per block, uint64 ns) and ``phases``, one ``(name, layer,
+    weight_bytes)`` each; in µs: ``barrier`` (the median block's start after the previous
+    phase's last arrival), ``stage`` and ``work`` (the median block's staging and GEMV time),
+    ``tail`` (the last arrival after the median one), ``adds`` (last arrival after the previous
+    phase's; the first phase: after the first start), ``floor``, ``x_floor``. Every block must
+    have stamped every phase (ValueError otherwise)."""
+    stamps = np.asarray(stamps)
+    if stamps.ndim != 3 or stamps.shape[2] != 3 or stamps.shape[0] != len(phases):
+        raise ValueError(f"stamps must have shape [{len(phases)}, blocks, 3]; got {stamps.shape}")
+    if not (stamps > 0).all():
+        raise ValueError("a block did not stamp every phase: the chain did not run to its end")
+    if not copy_bw > 0:
+        raise ValueError(f"copy_bw must be positive bytes/s; got {copy_bw!r}")
+    t = stamps.astype(np.int64) / 1e3
+    start, staged, arrived = t[:, :, 0], t[:, :, 1], t[:, :, 2]
+    rows, prev = [], start[0].min()
+    for p, (name, layer, nbytes) in enumerate(phases):
+        last = arrived[p].max()
+        floor = nbytes / copy_bw * 1e6
+        rows.append(dict(index=p, name=name, layer=int(layer), bytes=int(nbytes),
+                         barrier=float(np.median(start[p]) - (prev if p else start[0].min())),
+                         stage=float(np.median(staged[p] - start[p])), work=float(np.median(arrived[p] - staged[p])),
+                         tail=float(last - np.median(arrived[p])), adds=float(last - prev), floor=floor,
+                         x_floor=float(last - prev) / floor if floor else None))
+        prev = last
     return rows
 
 
