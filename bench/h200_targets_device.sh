@@ -12,7 +12,9 @@
 #   CALL=4  the one-tile K split as chosen (k/v, q/o, down at M = 5, 8, 16) and its GPU tests;
 #   CALL=5  session 21's changes: bf16 stores through cvt.rn.bf16.f32 (k/v, q/o, gate/up, down at
 #           M = 1, 5, 16, both dtypes), the rewritten persistent chain against the best
-#           conventional chain in one process, and their GPU tests.
+#           conventional chain in one process, and their GPU tests;
+#   CALL=6  session 22's persistent chain at 4, 8 and 16 warps a block with its phase timeline,
+#           against the best conventional chain (with its kernel timeline), and its GPU tests.
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] bench/h200_targets_device.sh
@@ -20,7 +22,7 @@
 # (everything under $OUT ends in $OUT/h200-call<N>.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
-call=${CALL:?set CALL to 1, 2, 3, 4 or 5}
+call=${CALL:?set CALL to 1, 2, 3, 4, 5 or 6}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)))")
@@ -82,6 +84,17 @@ if [ "$call" = 5 ]; then
         tests/test_chain_gpu.py::test_persistent_chain_experiment_is_correct_and_race_free \
         > "$out/pytest-s21.log" 2>&1
     echo "pytest exit $?"; grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$out/pytest-s21.log" | tail -8
+fi
+if [ "$call" = 6 ]; then
+    mkdir -p "$out/chain"
+    timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider tests/test_intrinsics.py \
+        tests/test_chain_gpu.py::test_persistent_chain_experiment_is_correct_and_race_free \
+        > "$out/pytest-s22.log" 2>&1 &
+    timeout "${CHAIN_S:-300}" python3 -m bench.decode_chain --out "$out/chain" --race 100 --timeline --configs \
+        merged:default+pdl:down=4x4k4:silu=fused persistent:warps=4 persistent:warps=8 persistent:warps=16 \
+        > "$out/decode-chain.log" 2>&1
+    echo "decode chain exit $?"; wait
+    grep -E "FAILED|ERROR|passed|failed" "$out/pytest-s22.log" | tail -4; grep -v "^ " "$out/decode-chain.log" | tail -45
 fi
 if [ "$call" = 4 ]; then
     timeout "${TESTS_S:-220}" python3 -m pytest -v -rs -p no:cacheprovider -n "$workers" --tb=short \
