@@ -283,7 +283,7 @@ def test_persistent_chain_matches_float64_in_one_launch(rng, persistent_chain, b
     assert relative_error(logits, reference_logits(*weights, x)) < tolerance(shape.layers)
 
 
-@pytest.mark.parametrize("lanes, cols, unroll", [(2, 1, 1), (4, 2, 1), (1, 4, 2)])
+@pytest.mark.parametrize("lanes, cols, unroll", [(2, 1, 1), (4, 2, 1), (1, 2, 2), (1, 4, 1), (1, 1, 4)])
 def test_persistent_chain_spread_over_blocks_is_the_one_launch(rng, persistent_chain, lanes, cols, unroll):
     from int4gemv.decode.persistent import PersistentChain
 
@@ -342,16 +342,18 @@ def test_persistent_chain_fails_rather_than_hangs_when_its_grid_is_not_resident(
     assert chain.done.copy_to_host()[-1] == len(chain.phases) - 1
 
 
-def test_persistent_phase_tiling_fills_one_round_of_the_grid():
+def test_persistent_phase_tiling_gives_the_busiest_warp_the_fewest_columns():
     from int4gemv.decode.persistent import phase_tiling
 
-    warps = 4 * 4 * 132   # the H100/H200 grid: 4 blocks of 4 warps per SM
+    warps = 16 * 132   # the H100/H200 grid: 16 warps per SM
+    # qkv, o, gate_up (2 columns: 3 rounds of 2 = 6 columns, where 4 would give 2 rounds of 4),
+    # down (6 chunks a lane: steps of 4), lm_head (72 columns any way: the largest items)
     assert [phase_tiling(N, K, 32, warps) for N, K in ((4096, 2048), (2048, 2048), (12288, 2048),
                                                           (2048, 6144), (151936, 2048))] == \
-        [(2, 2), (1, 2), (4, 2), (1, 2), (4, 2)]
-    assert phase_tiling(64, 96, 1, 4) == (1, 2) and phase_tiling(16, 64, 4, 8) == (1, 1)
-    assert phase_tiling(10000, 6144, 32, 8) == (4, 2)   # no tiling fits one round; 6 chunks, 3 steps
-    assert phase_tiling(10000, 5120, 32, 8) == (4, 2)   # 5 chunks: 3 steps of at most 2
+        [(2, 2), (1, 2), (2, 2), (1, 4), (4, 1)]
+    assert phase_tiling(64, 96, 1, 4) == (1, 4) and phase_tiling(16, 64, 4, 8) == (1, 1)
+    assert phase_tiling(10000, 6144, 32, 8) == (2, 2)   # 1250 columns each way but 4 (1252)
+    assert phase_tiling(10000, 96, 32, 8) == (2, 1)     # one chunk a lane
 
 
 def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
@@ -359,6 +361,7 @@ def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
 
     layers, lm_head = persistent_chain
     for kwargs, match in ((dict(lanes=3), "lanes"), (dict(lanes=True), "lanes"), (dict(cols=5), "cols"),
+                          (dict(unroll=3), "unroll"), (dict(cols=2, unroll=4), "unroll"),
                           (dict(unroll=0), "unroll"), (dict(blocks=True), "blocks"), (dict(warps=5), "warps"),
                           (dict(warps=True), "warps")):
         with pytest.raises(ValueError, match=match):

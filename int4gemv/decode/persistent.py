@@ -17,7 +17,7 @@ from ..backend import require_gpu
 from ..device import device_facts
 from .launches import KernelLaunch
 from .model import check_chain
-from .persistent_kernel import (MAX_COLS, MAX_K, MAX_UNROLL, PHASE_FIELDS, WARPS_PER_SM, chain_kernel,
+from .persistent_kernel import (MAX_COLS, MAX_K, PHASE_FIELDS, SLOTS, WARPS_PER_SM, chain_kernel,
                                 reset_kernel)
 from .step import ChainStep
 
@@ -25,14 +25,18 @@ __all__ = ["PersistentChain", "phase_tiling"]
 
 
 def phase_tiling(N: int, K: int, lanes: int, grid_warps: int) -> tuple:
-    """``(cols, unroll)`` of a phase: the fewest columns per lane (1, 2, 4) whose groups fit one
-    round of the grid's warps (``MAX_COLS`` where none does), and the chunks a lane reads split
-    into the fewest steps of at most ``MAX_UNROLL``, evenly. Pure."""
+    """``(cols, unroll)`` of a phase. ``cols`` (1, 2 or 4 columns per lane) gives the busiest
+    warp the fewest columns (``ceil(groups / grid_warps) * cols``; the larger ``cols`` on a tie:
+    fewer, larger items); ``unroll`` is the power of two of chunks a step that covers a lane's
+    chunks, at most ``SLOTS // cols``. Pure."""
     slots = 32 // lanes
-    cols = next((c for c in (1, 2, 4) if -(-N // (slots * c)) <= grid_warps), MAX_COLS)
+
+    def busiest(c):
+        return -(-(-(-N // (slots * c))) // grid_warps) * c
+
+    cols = min((1, 2, 4), key=lambda c: (busiest(c), -c))
     chunks = -(-(K // 32) // lanes)
-    steps = -(-chunks // MAX_UNROLL)
-    return cols, max(1, -(-chunks // steps))
+    return cols, min(SLOTS // cols, 1 << (chunks - 1).bit_length())
 
 
 class PersistentChain(ChainStep):
@@ -45,7 +49,7 @@ class PersistentChain(ChainStep):
             other).
         lanes: lanes per column (32 on the GPU; fewer let small test shapes take several steps).
         cols, unroll: every phase's columns per lane and chunks per step (``None``:
-            :func:`phase_tiling`); test hooks.
+            :func:`phase_tiling`; ``unroll`` 1, 2 or 4 and ``cols * unroll <= SLOTS``); test hooks.
         split_phases: one launch per phase instead of one for all (a test hook: the simulator
             then runs several blocks per phase; the kernel and its counters are the same).
         timeline: run the stamped kernel: each replay leaves every block's phase stamps in
@@ -65,9 +69,12 @@ class PersistentChain(ChainStep):
                 raise ValueError(f"PersistentChain needs fp16 weights of block size 32, 64 or 128 and K a "
                                  f"multiple of 32 up to {MAX_K}; got {w}")
         for name, v, lo, hi in (("blocks", blocks, 1, None), ("cols", cols, 1, MAX_COLS),
-                                ("unroll", unroll, 1, MAX_UNROLL)):
+                                ("unroll", unroll, 1, SLOTS)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi and v > hi)):
                 raise ValueError(f"{name} must be None or an int in [{lo}, {hi or 'inf'}]; got {v!r}")
+        if unroll is not None and (unroll & (unroll - 1) or (cols or 1) * unroll > SLOTS):
+            raise ValueError(f"unroll must be a power of two with cols * unroll <= {SLOTS}; got cols={cols}, "
+                             f"unroll={unroll}")
         for name, v in (("split_phases", split_phases), ("timeline", timeline)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
@@ -92,8 +99,10 @@ class PersistentChain(ChainStep):
             row_bytes = w.n_blocks * w.block_size // 2
             c, u = phase_tiling(w.N, w.K, lanes, blocks * warps)
             shift = (w.block_size // 32).bit_length() - 1      # log2(block size / 32)
+            c = cols or min(c, SLOTS // (unroll or 1))
+            u = unroll or min(u, SLOTS // c)
             table.append((words, scales, w.K, w.N, row_bytes, w.n_blocks, shift, offsets[act], silu,
-                          -1 if bias is None else offsets[bias], offsets[out], cols or c, unroll or u))
+                          -1 if bias is None else offsets[bias], offsets[out], c, u.bit_length() - 1))
             word_parts.append(w.packed.reshape(-1))
             scale_parts.append(w.scales.reshape(-1))
             words, scales = words + w.N * row_bytes, scales + w.scales.size

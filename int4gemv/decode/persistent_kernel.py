@@ -1,17 +1,21 @@
 """Experimental persistent chain kernel: one launch runs every GEMV phase of a decode step.
 
-**Schedule (static).** Warp ``gw = block * warps + warp`` of a grid of ``G`` warps takes the column
-groups ``gw, gw + G, ...`` of every phase, in phase order. A group is ``P * cols`` columns, ``P =
-32 / lanes`` column slots of ``lanes`` lanes (``cols`` per phase, at most :data:`MAX_COLS`): lane
-``s`` of slot ``q`` takes the columns ``g * P * cols + q + c * P`` and their 32-element chunks ``s,
-s + lanes, ...``, ``unroll`` chunks (per phase, at most :data:`MAX_UNROLL`) a step, every 16-byte
-weight load of a step issued before any is used. The arithmetic is the default tiling's M = 1
-fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired fp16 activations, 8 products a half in
-fp16, then float32 with the group's scale).
+**Schedule (static).** Warp ``gw = block * warps + warp`` of a grid of ``G`` warps takes the
+column groups ``gw, gw + G, ...`` of every phase, in phase order. A group is ``P * cols`` columns,
+``P = 32 / lanes`` column slots of ``lanes`` lanes (``cols`` per phase, at most :data:`MAX_COLS`):
+lane ``s`` of slot ``q`` takes the columns ``g * P * cols + q + c * P`` and their 32-element chunks
+``s, s + lanes, ...``, ``unroll`` chunks (per phase) a step. A warp's *items* are its groups'
+steps in order; each item is ``cols x unroll <= SLOTS`` 16-byte weight loads a lane. **Two items
+are always in flight:** a lane has two load buffers; item ``i`` is folded from one while ``i + 1``
+loads into the other, and as soon as ``i`` is folded its buffer is refilled with ``i + 2`` (a
+phase's first two items are issued before its barrier). The arithmetic is the default tiling's
+M = 1 fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired fp16 activations, 8 products a
+half in fp16, then float32 with the group's scale), summed per slot and per column at the group's
+end.
 
 **Phase boundaries are grid barriers.** When a block's warps have stored a phase's outputs, the
 block counts itself in the phase's counter ``done[p]`` (a fence, then an atomic), then each warp
-issues the loads of its first step of the next phase (the weights never depend on an earlier
+issues the loads of its first two items of the next phase (the weights never depend on an earlier
 phase: they fly while the barrier waits; issued after the fence, which would wait for them), then
 the block waits until all ``gridDim.x`` blocks have counted. The grid must therefore be resident
 at once: it is launched cooperatively (the driver refuses a grid that cannot be). After the barrier
@@ -45,8 +49,8 @@ from ..kernels.global_timer import global_timer
 from ..kernels.vector_loads import load16, load16_l2, load_acquire, load_volatile
 from .silu_mul import silu_times
 
-__all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS_PER_SM", "WARP_CHOICES", "MAX_COLS",
-           "MAX_UNROLL", "MAX_K", "CHUNK_STRIDE", "SPIN_LIMIT", "PHASE_START", "STAGED", "ARRIVED"]
+__all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS_PER_SM", "WARP_CHOICES", "SLOTS",
+           "MAX_COLS", "MAX_K", "CHUNK_STRIDE", "SPIN_LIMIT", "PHASE_START", "STAGED", "ARRIVED"]
 
 #: Warps per SM of the GPU's grid (128 registers a thread fill the register file), and the
 #: warps a block may have (its launch bounds: ``WARPS_PER_SM // warps`` blocks per SM).
@@ -54,8 +58,9 @@ WARPS_PER_SM, WARP_CHOICES = 16, (1, 2, 4, 8, 16)
 #: Indices of the phase stamps (``timed``): the block starts the phase (passed the barrier),
 #: has staged its activations, has stored its outputs and counted itself.
 PHASE_START, STAGED, ARRIVED = 0, 1, 2
-#: The largest columns per lane and chunks per step a phase may take (the registers compiled).
-MAX_COLS, MAX_UNROLL = 4, 2
+#: Weight loads (16 bytes) a lane holds in each of its two buffers; the most columns per lane a
+#: phase may take (a step is ``cols x unroll <= SLOTS`` loads, ``unroll`` a power of two).
+SLOTS, MAX_COLS = 4, 4
 #: The longest activation row the shared stage holds (20 KB a block).
 MAX_K = 8192
 #: Polls of a phase counter after which a block stops waiting and counts a timed-out barrier
@@ -66,9 +71,9 @@ CHUNK_STRIDE = 20
 #: Columns of the phase table: byte offset of the packed weights, element offset of the scales,
 #: K, N, bytes per packed column, scales per column, log2(block size / 32), activation offset,
 #: silu flag, bias offset (-1: none), output offset (all in ``acts`` elements), columns per lane,
-#: chunks per step.
+#: log2(chunks per step).
 PHASE_FIELDS = ("words", "scales", "K", "N", "row_bytes", "groups", "group_shift", "act", "silu", "bias",
-                "out", "cols", "unroll")
+                "out", "cols", "unroll_shift")
 
 _Z = uint32(0)
 
@@ -128,7 +133,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
     if not isinstance(timed, bool):
         raise TypeError(f"timed must be a bool; got {type(timed).__name__}")
     L, P, LOG_L, WARPS, TIMED = lanes, 32 // lanes, lanes.bit_length() - 1, warps, timed
-    C, U, THREADS = MAX_COLS, MAX_UNROLL, 32 * warps
+    C, S, THREADS = MAX_COLS, SLOTS, 32 * warps
     bounds = {} if SIMULATED else {"launch_bounds": (THREADS, WARPS_PER_SM // warps)}
     ALIGN = None if SIMULATED else 16            # group reads as LDS.128
     STAGE = MAX_K // 32 * CHUNK_STRIDE           # the staged row's words
@@ -145,49 +150,77 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         return (f[3] + P * f[11] - 1) // (P * f[11])
 
     @cuda.jit(device=True, inline=True)
-    def issue(packed, scales, f, g, st, s, q, raw, sv):
-        """Every weight and scale load of step ``st`` of group ``g`` of phase ``f``."""
-        K, N, row_bytes, nb, shift, cols, unroll = f[2], f[3], f[4], f[5], f[6], f[11], f[12]
-        nchunks = K // 32
-        for c in range(C):
+    def items_of(f, gw, G):
+        """``(steps, items, rounds)``: the steps of a group of phase ``f``, warp ``gw``'s items
+        (its groups ``gw, gw + G, ...`` times their steps, in the order it runs them) and the
+        items of the grid's busiest warp (every warp runs that many: block-uniform shuffles)."""
+        groups, per_step = groups_of(f), L << f[12]
+        steps = (f[2] // 32 + per_step - 1) // per_step
+        return (steps, ((groups - gw + G - 1) // G if gw < groups else 0) * steps,
+                (groups + G - 1) // G * steps)
+
+    @cuda.jit(device=True, inline=True)
+    def issue(packed, scales, f, i, steps, gw, G, s, q, raw, sv):
+        """Every weight and scale load of item ``i`` (group ``gw + (i // steps) G``, step ``i %
+        steps``): slot ``k`` holds column ``k >> unroll_shift`` of the group's, chunk ``k &
+        (unroll - 1)`` of the step's."""
+        K, N, row_bytes, nb, shift, cols, us = f[2], f[3], f[4], f[5], f[6], f[11], f[12]
+        g, st = gw + (i // steps) * G, i % steps
+        for k in range(S):
+            c, j = k >> us, s + ((st << us) + (k & ((1 << us) - 1))) * L
             n = min(g * P * cols + q + c * P, N - 1)
-            for u in range(U):
-                j = s + (st * unroll + u) * L
-                if c < cols and u < unroll and j < nchunks:
-                    x = load16(packed, f[0] + n * row_bytes + 16 * j)
-                    for i in range(4):
-                        raw[c, u, i] = x[i]
-                    sv[c, u] = float32(scales[f[1] + n * nb + (j >> shift)])
+            if c < cols and j < K // 32:
+                x = load16(packed, f[0] + n * row_bytes + 16 * j)
+                for e in range(4):
+                    raw[k, e] = x[e]
+                sv[k] = float32(scales[f[1] + n * nb + (j >> shift)])
 
     @cuda.jit(device=True, inline=True)
     def fold(stage, f, st, s, raw, sv, acc):
-        """Step ``st``'s products into ``acc[c]`` (the activations from the stage)."""
-        cols, unroll, nchunks = f[11], f[12], f[2] // 32
-        for u in range(U):
-            j = s + (st * unroll + u) * L
-            if u < unroll and j < nchunks:
+        """Step ``st``'s products into the slots' sums ``acc[k]`` (activations from the stage)."""
+        cols, us = f[11], f[12]
+        for k in range(S):
+            j = s + ((st << us) + (k & ((1 << us) - 1))) * L
+            if (k >> us) < cols and j < f[2] // 32:
                 b = uint32(CHUNK_STRIDE) * uint32(j)     # unsigned: no negative-index wrap
                 x0, x1 = _words(stage, b), _words(stage, b + uint32(4))
                 x2, x3 = _words(stage, b + uint32(8)), _words(stage, b + uint32(12))
-                for c in range(C):
-                    if c < cols:
-                        acc[c] += sv[c, u] * (_half_dot(raw[c, u, 0], raw[c, u, 1], x0, x1)
-                                              + _half_dot(raw[c, u, 2], raw[c, u, 3], x2, x3))
+                acc[k] += sv[k] * (_half_dot(raw[k, 0], raw[k, 1], x0, x1)
+                                   + _half_dot(raw[k, 2], raw[k, 3], x2, x3))
 
     @cuda.jit(device=True, inline=True)
     def finish(acts, f, g, s, q, acc):
-        """Sum each column over its lanes; the slot's first lane stores it (+ the bias)."""
-        N, bias, out, cols = f[3], f[9], f[10], f[11]
+        """Sum each column's slots over its lanes; the column slot's first lane stores it (+ the
+        bias). Warp-uniform (every lane shuffles)."""
+        N, bias, out, cols, us = f[3], f[9], f[10], f[11], f[12]
         for c in range(C):
-            v = acc[c]
-            for r in range(LOG_L):
-                v += shfl_xor(v, uint32(L >> (r + 1)))
-            n = g * P * cols + q + c * P
-            if s == 0 and c < cols and n < N:
-                if bias >= 0:
-                    v += float32(_load_l2(acts, bias + n))
-                acts[out + n] = v
-            acc[c] = float32(0.0)
+            if c < cols:
+                v = float32(0.0)
+                for k in range(S):
+                    if k >> us == c:
+                        v += acc[k]
+                for r in range(LOG_L):
+                    v += shfl_xor(v, uint32(L >> (r + 1)))
+                n = g * P * cols + q + c * P
+                if s == 0 and n < N:
+                    if bias >= 0:
+                        v += float32(_load_l2(acts, bias + n))
+                    acts[out + n] = v
+        for k in range(S):
+            acc[k] = float32(0.0)
+
+    @cuda.jit(device=True, inline=True)
+    def step(packed, scales, stage, acts, f, i, n, steps, gw, G, s, q, raw, sv, acc):
+        """Item ``i``: fold it (its loads are in ``raw``; none past the warp's ``n``), refill
+        ``raw`` with item ``i + 2`` (the other buffer holds ``i + 1``), and end the group after
+        its last step (past the warp's groups: shuffles, stores nothing)."""
+        st = i % steps
+        if i < n:
+            fold(stage, f, st, s, raw, sv, acc)
+        if i + 2 < n:
+            issue(packed, scales, f, i + 2, steps, gw, G, s, q, raw, sv)
+        if st == steps - 1:
+            finish(acts, f, gw + (i // steps) * G, s, q, acc)
 
     @cuda.jit(device=True, inline=True)
     def put(stage, i, x):
@@ -253,37 +286,37 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         s, q = lane % L, lane // L
         gw = cuda.blockIdx.x * WARPS + warp
         G = cuda.gridDim.x * WARPS
-        raw = cuda.local.array((C, U, 4), uint32)
-        sv = cuda.local.array((C, U), float32)
-        acc = cuda.local.array(C, float32)
+        raw_a, raw_b = cuda.local.array((S, 4), uint32), cuda.local.array((S, 4), uint32)
+        sv_a, sv_b = cuda.local.array(S, float32), cuda.local.array(S, float32)
+        acc = cuda.local.array(S, float32)
         stage = cuda.shared.array(STAGE, np.uint32, alignment=ALIGN)
-        for c in range(C):
-            acc[c] = float32(0.0)
+        for k in range(S):
+            acc[k] = float32(0.0)
         p = first
         f = fields(phases, p)
-        if gw < groups_of(f):
-            issue(packed, scales, f, gw, 0, s, q, raw, sv)
+        steps, n, items = items_of(f, gw, G)
+        if n > 0:
+            issue(packed, scales, f, 0, steps, gw, G, s, q, raw_a, sv_a)
+        if n > 1:
+            issue(packed, scales, f, 1, steps, gw, G, s, q, raw_b, sv_b)
         while p < last:
             stamp(stamps, p, PHASE_START)
             stage_row(acts, stage, f)
             stamp(stamps, p, STAGED)
-            groups = groups_of(f)
-            steps = (f[2] // 32 + L * f[12] - 1) // (L * f[12])
-            for r in range((groups + G - 1) // G):   # block-uniform rounds: every lane shuffles
-                g = gw + r * G
-                if g < groups:
-                    for st in range(steps):
-                        if st > 0 or r > 0:
-                            issue(packed, scales, f, g, st, s, q, raw, sv)
-                        fold(stage, f, st, s, raw, sv, acc)
-                finish(acts, f, g, s, q, acc)   # past the groups: stores nothing
+            for i in range(0, items, 2):   # even items in buffer a, odd in b: two always in flight
+                step(packed, scales, stage, acts, f, i, n, steps, gw, G, s, q, raw_a, sv_a, acc)
+                if i + 1 < items:
+                    step(packed, scales, stage, acts, f, i + 1, n, steps, gw, G, s, q, raw_b, sv_b, acc)
             signal(done, p)
             stamp(stamps, p, ARRIVED)
             p += 1
-            if p < last:
+            if p < last:   # the next phase's first two items fly while the grid waits
                 f = fields(phases, p)
-                if gw < groups_of(f):   # the next phase's first weights fly while the grid waits
-                    issue(packed, scales, f, gw, 0, s, q, raw, sv)
+                steps, n, items = items_of(f, gw, G)
+                if n > 0:
+                    issue(packed, scales, f, 0, steps, gw, G, s, q, raw_a, sv_a)
+                if n > 1:
+                    issue(packed, scales, f, 1, steps, gw, G, s, q, raw_b, sv_b)
                 wait(done, p - 1)
 
     return kernel
