@@ -123,13 +123,18 @@ def _timeline(chain, layers, lm_head, provider, graph_id, x, copy_bw, args) -> d
                           kind_tunings=chain.kind_tunings, down_split=chain.down_split,
                           fuse_silu=chain.fuse_silu, timeline=True)
     t = measure_timeline(stamped, provider, graph_id, x, copy_bw)
-    g = stamped.capture(provider, graph_id, x)
+    t["us_per_step"] = _step_us(stamped, provider, graph_id, x, args)
+    return t
+
+
+def _step_us(chain, provider, graph_id, x, args) -> float:
+    """µs per replay of ``chain`` captured as ``graph_id`` (released after)."""
+    g = chain.capture(provider, graph_id, x)
     try:
         g(x)
-        t["us_per_step"] = replay_timing(provider, graph_id, max(20, args.replays // 4)).us
+        return replay_timing(provider, graph_id, max(20, args.replays // 4)).us
     finally:
         g.release()
-    return t
 
 
 def measure_config(cfg, layers, lm_head, provider, x, ref, copy_bw, args, graph_id) -> dict:
@@ -176,12 +181,7 @@ def measure_config(cfg, layers, lm_head, provider, x, ref, copy_bw, args, graph_
         row["phases"] = t = measure_phases(stamped, provider, graph_id, x, copy_bw)
         t["equals_unstamped"] = bool(np.array_equal(t.pop("logits"), eager))
         ok = ok and t["equals_unstamped"]
-        g = stamped.capture(provider, graph_id, x)
-        try:
-            g(x)
-            t["us_per_step"] = replay_timing(provider, graph_id, max(20, args.replays // 4)).us
-        finally:
-            g.release()
+        t["us_per_step"] = _step_us(stamped, provider, graph_id, x, args)
     if args.timeline and cfg["layout"] != "persistent":
         try:
             row["timeline"] = t = _timeline(chain, layers, lm_head, provider, graph_id, x, copy_bw, args)
