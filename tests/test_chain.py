@@ -335,7 +335,7 @@ def test_persistent_chain_fails_rather_than_hangs_when_its_grid_is_not_resident(
     from int4gemv.decode.persistent import PersistentChain
 
     # the simulator runs block 0 to its end before block 1 starts: every barrier block 0 meets
-    # gives up after SPIN_LIMIT polls and is counted; run() refuses the logits
+    # gives up after grid_barrier.SPIN_LIMIT polls and is counted; run() refuses the logits
     chain = PersistentChain(*persistent_chain, blocks=2)
     with pytest.raises(RuntimeError, match="timed out"):
         chain.run(rng.standard_normal(PERSISTENT.hidden).astype(np.float16))

@@ -13,11 +13,11 @@ M = 1 fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired fp16 activations, 
 half in fp16, then float32 with the group's scale), summed per slot and per column at the group's
 end.
 
-**Phase boundaries are grid barriers.** When a block's warps have stored a phase's outputs, the
-block counts itself in the phase's counter ``done[p]`` (a fence, then an atomic), then each warp
+**Phase boundaries are grid barriers** (:mod:`.grid_barrier`). When a block's warps have stored a
+phase's outputs, the block counts itself in the phase's counter ``done[p]`` (``arrive``), then each warp
 issues the loads of its first two items of the next phase (the weights never depend on an earlier
 phase: they fly while the barrier waits; issued after the fence, which would wait for them), then
-the block waits until all ``gridDim.x`` blocks have counted. The grid must therefore be resident
+the block waits until all ``gridDim.x`` blocks have counted (``wait_all``). The grid must be resident
 at once: it is launched cooperatively (the driver refuses a grid that cannot be). After the barrier
 the block stages the phase's activation row in shared memory (:func:`~int4gemv.kernels.
 vector_loads.load16_l2`: other blocks wrote it in this launch), re-paired as the default tiling's
@@ -46,11 +46,12 @@ from ..kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, pair_words
 from ..kernels.intrinsics import SIMULATED, half2_sum, pack_half2, shfl_xor
 from ..kernels.nibble_pairs import half_high, half_low
 from ..kernels.global_timer import global_timer
-from ..kernels.vector_loads import load16, load16_l2, load_acquire, load_volatile
+from ..kernels.vector_loads import load16, load16_l2
+from .grid_barrier import arrive, wait_all
 from .silu_mul import silu_times
 
 __all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS_PER_SM", "WARP_CHOICES", "SLOTS",
-           "MAX_COLS", "MAX_K", "CHUNK_STRIDE", "SPIN_LIMIT", "PHASE_START", "STAGED", "ARRIVED"]
+           "MAX_COLS", "MAX_K", "CHUNK_STRIDE", "PHASE_START", "STAGED", "ARRIVED"]
 
 #: Warps per SM of the GPU's grid (128 registers a thread fill the register file), and the
 #: warps a block may have (its launch bounds: ``WARPS_PER_SM // warps`` blocks per SM).
@@ -63,9 +64,6 @@ PHASE_START, STAGED, ARRIVED = 0, 1, 2
 SLOTS, MAX_COLS = 4, 4
 #: The longest activation row the shared stage holds (20 KB a block).
 MAX_K = 8192
-#: Polls of a phase counter after which a block stops waiting and counts a timed-out barrier
-#: (seconds on a GPU; on the simulator, whose blocks run one after another, a few hundred).
-SPIN_LIMIT = 200 if SIMULATED else 1 << 22
 #: Words between two chunks' 16 staged words (the default tiling's conflict-free stride).
 CHUNK_STRIDE = 20
 #: Columns of the phase table: byte offset of the packed weights, element offset of the scales,
@@ -251,30 +249,6 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         cuda.syncthreads()
 
     @cuda.jit(device=True, inline=True)
-    def signal(done, p):
-        """The block has ended phase ``p``: once every thread's stores are made, count it in
-        ``done[p]`` (before the block issues its next loads, which a fence would wait for)."""
-        cuda.syncthreads()
-        if cuda.threadIdx.x == 0:
-            cuda.threadfence()
-            cuda.atomic.add(done, p, 1)
-
-    @cuda.jit(device=True, inline=True)
-    def wait(done, p):
-        """Return once every block of the grid has ended phase ``p``, or after :data:`SPIN_LIMIT`
-        polls, counted in the table's last slot (a grid that is not resident at once fails, not
-        hangs). The polls are plain reads; one acquiring read orders the block's later loads."""
-        if cuda.threadIdx.x == 0:
-            spins = 0
-            while load_volatile(done, p)[0] < uint32(cuda.gridDim.x):   # a read, not an atomic
-                spins += 1
-                if spins == SPIN_LIMIT:
-                    cuda.atomic.add(done, done.shape[0] - 1, 1)
-                    break
-            load_acquire(done, p)
-        cuda.syncthreads()
-
-    @cuda.jit(device=True, inline=True)
     def stamp(stamps, p, k):
         """With ``timed``: thread 0 of block ``b`` writes the clock to ``stamps[p, b, k]``."""
         if TIMED and cuda.threadIdx.x == 0 and cuda.blockIdx.x < stamps.shape[1]:
@@ -307,7 +281,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
                 step(packed, scales, stage, acts, f, i, n, steps, gw, G, s, q, raw_a, sv_a, acc)
                 if i + 1 < items:
                     step(packed, scales, stage, acts, f, i + 1, n, steps, gw, G, s, q, raw_b, sv_b, acc)
-            signal(done, p)
+            arrive(done, p)
             stamp(stamps, p, ARRIVED)
             p += 1
             if p < last:   # the next phase's first two items fly while the grid waits
@@ -317,6 +291,6 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
                     issue(packed, scales, f, 0, steps, gw, G, s, q, raw_a, sv_a)
                 if n > 1:
                     issue(packed, scales, f, 1, steps, gw, G, s, q, raw_b, sv_b)
-                wait(done, p - 1)
+                wait_all(done, p - 1)
 
     return kernel
