@@ -1,5 +1,5 @@
 """The decode-chain bench's configurations: ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP]``,
-or ``persistent:[warps=W]`` (the persistent chain with ``W`` warps a block).
+or ``persistent:[warps=W]`` (the persistent chain with ``W`` warps a block, default 16).
 
 ``bps``: grid cap in blocks per SM; ``silu``: silu·mul as a programmatic launch or not (default
 as the tuning), or ``fused`` into the split-K down kernel; ``KIND=CxU``: that GEMV kind on the
@@ -35,7 +35,7 @@ def parse_config(text: str) -> dict:
         warps = re.fullmatch(r"(?:warps=(\d+))?", tuning)
         if warps is None or extras:
             raise ValueError(f"configuration {text!r}: expected persistent: or persistent:warps=W")
-        return dict(cfg, tuning="persistent", warps=int(warps[1] or 4), label=f"warps={warps[1] or 4}")
+        return dict(cfg, tuning="persistent", warps=int(warps[1] or 16), label=f"warps={warps[1] or 16}")
     for e in extras:
         key, _, value = e.partition("=")
         shape = re.fullmatch(r"(\d+)x(\d+)([sr]?)", value)

@@ -43,7 +43,9 @@ class PersistentChain(ChainStep):
     """The chain over ``layers`` and ``lm_head`` in one persistent launch.
 
     Args:
-        warps: warps a block, 1, 2, 4, 8 or 16 (``WARPS_PER_SM // warps`` blocks per multiprocessor).
+        warps: warps a block, 1, 2, 4, 8 or 16 (``WARPS_PER_SM // warps`` blocks per multiprocessor;
+            default 16 on a GPU, the fastest measured, session 22; 4 on the simulator, which runs a
+            thread per simulated thread).
         blocks: grid size (default: as many as fit, ``WARPS_PER_SM // warps`` per multiprocessor;
             1 on the simulator, whose blocks run one after another and so cannot wait for each
             other).
@@ -57,7 +59,7 @@ class PersistentChain(ChainStep):
             and ``kernels`` names each phase ``(name, layer, weight_bytes)``.
     """
 
-    def __init__(self, layers, lm_head, *, warps: int = 4, blocks: int | None = None, lanes: int = 32,
+    def __init__(self, layers, lm_head, *, warps: int | None = None, blocks: int | None = None, lanes: int = 32,
                  cols: int | None = None, unroll: int | None = None, split_phases: bool = False,
                  timeline: bool = False):
         layers, (H, Q, KV, I) = check_chain(layers, lm_head)
@@ -78,6 +80,8 @@ class PersistentChain(ChainStep):
         for name, v in (("split_phases", split_phases), ("timeline", timeline)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
+        if warps is None:
+            warps = 4 if config.ENABLE_CUDASIM else WARPS_PER_SM
         kernel = chain_kernel(lanes, warps, timeline)       # ValueError naming lanes or warps
         require_gpu("int4gemv.decode.PersistentChain")   # arguments first; then before any device array
         self.layers, self.lm_head, self.hidden = layers, lm_head, H
