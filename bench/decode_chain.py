@@ -231,9 +231,9 @@ def run(args) -> dict:
                 row = measure_config(cfg, layers, lm_head, provider, x, ref, copy_bw, args, graph_id)
             except Exception as exc:  # one failed configuration must not lose the others' results
                 row = dict(cfg, correct=False, error=f"{type(exc).__name__}: {exc}")
-                print(f"{cfg['layout']:9}{cfg['label']:30}FAILED: {row['error']}", flush=True)
+                print(f"{cfg['layout']:11}{cfg['label']:30}FAILED: {row['error']}", flush=True)
             else:
-                print(f"{row['layout']:9}{row['label']:30}{row['us_per_step']:9.1f} µs  ×{row['x_floor']:.2f} floor  "
+                print(f"{row['layout']:11}{row['label']:30}{row['us_per_step']:9.1f} µs  ×{row['x_floor']:.2f} floor  "
                       f"err {row['rel_err']:.2e}  ({time.perf_counter() - t1:.1f} s)", flush=True)
             report["configs"].append(row)
             args.out.mkdir(parents=True, exist_ok=True)  # a run cut short keeps what it measured

@@ -20,17 +20,17 @@ def print_table(report: dict, out=sys.stdout) -> None:
     print(f"\n{report['workload']}: {report['layers']} layers, {report['weight_bytes'] / 1e9:.3f} GB/step, "
           f"copy {report['copy_gbs']:.0f} GB/s ({report['copy_source']}), floor {report['floor_us']:.1f} µs, "
           f"tolerance {report['tolerance']:.2e} (ideal fp16 chain {report['ideal_fp16_rel_err']:.2e})", file=out)
-    print(f"{'layout':9}{'configuration':30}{'launch':>7}{'µs/step':>9}{'×floor':>8}{'jitter':>8}"
+    print(f"{'layout':11}{'configuration':30}{'launch':>7}{'µs/step':>9}{'×floor':>8}{'jitter':>8}"
           f"{'rel err':>10}{'lm_head in/alone':>18}{'race':>10}  ok", file=out)
     for r in report["configs"]:
         if "error" in r:
-            print(f"{r['layout']:9}{r['label']:30}FAIL  {r['error'][:90]}", file=out)
+            print(f"{r['layout']:11}{r['label']:30}FAIL  {r['error'][:90]}", file=out)
             continue
         lm = r.get("lm_head", {})
         lm_text = (f"{lm['in_chain_us']:.1f}/{lm['standalone_us']:.1f}" if "in_chain_us" in lm
                    else f"-/{lm['standalone_us']:.1f}" if lm else "-")
         race = f"{r['race']['mismatched']}/{r['race']['runs']}" if "race" in r else "-"
-        print(f"{r['layout']:9}{r['label']:30}{r['launches']:>7}{r['us_per_step']:>9.1f}{r['x_floor']:>8.2f}"
+        print(f"{r['layout']:11}{r['label']:30}{r['launches']:>7}{r['us_per_step']:>9.1f}{r['x_floor']:>8.2f}"
               f"{r['jitter']:>8.3f}{r['rel_err']:>10.2e}{lm_text:>18}{race:>10}  {'ok' if r['correct'] else 'FAIL'}",
               file=out)
 
