@@ -87,7 +87,7 @@ def phase_spans(stamps, phases, copy_bw: float) -> list:
         last = arrived[p].max()
         floor = nbytes / copy_bw * 1e6
         rows.append(dict(index=p, name=name, layer=int(layer), bytes=int(nbytes),
-                         barrier=float(np.median(start[p]) - (prev if p else start[0].min())),
+                         barrier=float(np.median(start[p]) - prev),
                          stage=float(np.median(staged[p] - start[p])), work=float(np.median(arrived[p] - staged[p])),
                          tail=float(last - np.median(arrived[p])), adds=float(last - prev), floor=floor,
                          x_floor=float(last - prev) / floor if floor else None))
