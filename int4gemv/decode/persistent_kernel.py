@@ -149,9 +149,9 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
 
     @cuda.jit(device=True, inline=True)
     def items_of(f, gw, G):
-        """``(steps, items, rounds)``: the steps of a group of phase ``f``, warp ``gw``'s items
+        """``(steps, n, items)``: the steps of a group of phase ``f``, warp ``gw``'s items ``n``
         (its groups ``gw, gw + G, ...`` times their steps, in the order it runs them) and the
-        items of the grid's busiest warp (every warp runs that many: block-uniform shuffles)."""
+        ``items`` of the grid's busiest warp (every warp runs that many: block-uniform shuffles)."""
         groups, per_step = groups_of(f), L << f[12]
         steps = (f[2] // 32 + per_step - 1) // per_step
         return (steps, ((groups - gw + G - 1) // G if gw < groups else 0) * steps,
