@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["measure_timeline", "kind_summary", "measure_phases", "print_phases", "plot", "main"]
+__all__ = ["measure_timeline", "kind_summary", "measure_phases", "phase_kinds", "print_phases", "plot", "main"]
 
 #: Span fields whose median over replays the timeline keeps.
 FIELDS = ("start", "last_entry", "first_exit", "end", "overlap", "adds")
@@ -94,6 +94,12 @@ def measure_phases(chain, provider, graph_id: int, x, copy_bw: float, replays: i
         graph.release()
     phases = [dict(first, **{f: round(float(np.median([r[i][f] for r in runs])), 4) for f in PHASE_FIELDS})
               for i, first in enumerate(runs[0])]
+    return dict(phases=phases, kinds=phase_kinds(phases), logits=logits)
+
+
+def phase_kinds(phases) -> list:
+    """Per kind of phase (in step order): ``phases`` (its count), and the sums of ``floor`` and
+    of each of :data:`PHASE_FIELDS` over its phases. Pure."""
     kinds = {}
     for r in phases:
         k = kinds.setdefault(r["name"], dict(kind=r["name"], phases=0, floor=0.0, **{f: 0.0 for f in PHASE_FIELDS}))
@@ -101,7 +107,7 @@ def measure_phases(chain, provider, graph_id: int, x, copy_bw: float, replays: i
         k["floor"] += r["floor"]
         for f in PHASE_FIELDS:
             k[f] += r[f]
-    return dict(phases=phases, kinds=list(kinds.values()), logits=logits)
+    return list(kinds.values())
 
 
 def print_phases(row: dict, out=sys.stdout) -> None:

@@ -175,3 +175,28 @@ def test_results_render_as_table_rows_and_a_timeline_figure(tmp_path):
                                                                 rel=0.01)
     plot(report, tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_persistent_phase_tables_come_from_the_committed_run():
+    """The persistent chain's phase table (``bench.decode_chain --timeline`` on a persistent
+    configuration): per kind, its phases' medians sum to the stamped step, and it prints."""
+    import io
+    import json
+    from pathlib import Path
+
+    from bench.decode_timeline import phase_kinds, print_phases
+
+    path = (Path(__file__).resolve().parents[1] / "bench" / "results"
+            / "decode-chain-persistent-phases-h100-20261206T1927-1997867.json")
+    rows = [r for r in json.loads(path.read_text())["configs"] if r.get("phases")]
+    assert [r["warps"] for r in rows] == [4, 8, 16]
+    for r in rows:
+        kinds = r["phases"]["kinds"]
+        assert [(k["kind"], k["phases"]) for k in kinds] == [("qkv", 28), ("o", 28), ("gate_up", 28), ("down", 28),
+                                                               ("lm_head", 1)]
+        assert sum(k["adds"] for k in kinds) == pytest.approx(r["phases"]["us_per_step"], rel=0.05)
+        for mine, stored in zip(phase_kinds(r["phases"]["phases"]), kinds, strict=True):  # sums of the medians
+            assert mine == pytest.approx(stored)
+        text = io.StringIO()
+        print_phases(r, text)
+        assert text.getvalue().count("\n") == 3 + len(kinds) and f"warps={r['warps']}" in text.getvalue()
