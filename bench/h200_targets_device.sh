@@ -89,6 +89,7 @@ if [ "$call" = 6 ]; then
     mkdir -p "$out/chain"
     timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider tests/test_intrinsics.py \
         tests/test_chain_gpu.py::test_persistent_chain_experiment_is_correct_and_race_free \
+        tests/test_chain_gpu.py::test_persistent_chain_stamps_change_nothing_and_every_block_stamps_in_order \
         > "$out/pytest-s22.log" 2>&1 &
     timeout "${CHAIN_S:-300}" python3 -m bench.decode_chain --out "$out/chain" --race 100 --timeline --configs \
         merged:default+pdl:down=4x4k4:silu=fused persistent:warps=4 persistent:warps=8 persistent:warps=16 \

@@ -118,3 +118,22 @@ def test_persistent_chain_experiment_is_correct_and_race_free(full_chain, provid
     graph.release()
     assert mismatched == [], f"{len(mismatched)} of {RACE_RUNS} replays differ from eager"
     assert _released(provider)
+
+
+@pytest.mark.xdist_group("full_chain_persistent")
+def test_persistent_chain_stamps_change_nothing_and_every_block_stamps_in_order(full_chain):
+    """The stamped persistent kernel (``timeline=True``): the same logits bit for bit, and every
+    block's phase stamps written, each phase's start ≤ staged ≤ arrived."""
+    from int4gemv.decode.persistent import PersistentChain
+    from int4gemv.decode.timeline import phase_spans
+
+    shape, layers, lm_head, x, ref = full_chain
+    plain = PersistentChain(layers, lm_head)
+    timed = PersistentChain(layers, lm_head, timeline=True)
+    np.testing.assert_array_equal(timed.run(x), plain.run(x))
+    stamps = timed.stamps.copy_to_host().astype(np.int64)
+    assert stamps.shape == (len(timed.phases), timed.blocks, 3) and (stamps > 0).all()
+    assert (np.diff(stamps, axis=2) >= 0).all()
+    spans = phase_spans(stamps, timed.kernels, 3e12)
+    assert [r["name"] for r in spans[:4]] == ["qkv", "o", "gate_up", "down"] and spans[-1]["name"] == "lm_head"
+    assert all(r["adds"] > 0 for r in spans)
