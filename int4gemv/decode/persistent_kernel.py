@@ -221,6 +221,17 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
             finish(acts, f, gw + (i // steps) * G, s, q, acc)
 
     @cuda.jit(device=True, inline=True)
+    def begin(packed, scales, phases, p, gw, G, s, q, raw_a, sv_a, raw_b, sv_b):
+        """Phase ``p``'s fields and :func:`items_of`, its first two items issued (a, then b)."""
+        f = fields(phases, p)
+        steps, n, items = items_of(f, gw, G)
+        if n > 0:
+            issue(packed, scales, f, 0, steps, gw, G, s, q, raw_a, sv_a)
+        if n > 1:
+            issue(packed, scales, f, 1, steps, gw, G, s, q, raw_b, sv_b)
+        return f, steps, n, items
+
+    @cuda.jit(device=True, inline=True)
     def put(stage, i, x):
         """Staged piece ``i`` (8 activations, 4 fp16 words ``x``), re-paired."""
         w = pair_words(x[0], x[1], x[2], x[3])
@@ -267,12 +278,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         for k in range(S):
             acc[k] = float32(0.0)
         p = first
-        f = fields(phases, p)
-        steps, n, items = items_of(f, gw, G)
-        if n > 0:
-            issue(packed, scales, f, 0, steps, gw, G, s, q, raw_a, sv_a)
-        if n > 1:
-            issue(packed, scales, f, 1, steps, gw, G, s, q, raw_b, sv_b)
+        f, steps, n, items = begin(packed, scales, phases, p, gw, G, s, q, raw_a, sv_a, raw_b, sv_b)
         while p < last:
             stamp(stamps, p, PHASE_START)
             stage_row(acts, stage, f)
@@ -285,12 +291,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
             stamp(stamps, p, ARRIVED)
             p += 1
             if p < last:   # the next phase's first two items fly while the grid waits
-                f = fields(phases, p)
-                steps, n, items = items_of(f, gw, G)
-                if n > 0:
-                    issue(packed, scales, f, 0, steps, gw, G, s, q, raw_a, sv_a)
-                if n > 1:
-                    issue(packed, scales, f, 1, steps, gw, G, s, q, raw_b, sv_b)
+                f, steps, n, items = begin(packed, scales, phases, p, gw, G, s, q, raw_a, sv_a, raw_b, sv_b)
                 wait_all(done, p - 1)
 
     return kernel
