@@ -14,7 +14,10 @@
 #           M = 1, 5, 16, both dtypes), the rewritten persistent chain against the best
 #           conventional chain in one process, and their GPU tests;
 #   CALL=6  session 22's persistent chain at 4, 8 and 16 warps a block with its phase timeline,
-#           against the best conventional chain (with its kernel timeline), and its GPU tests.
+#           against the best conventional chain (with its kernel timeline), and its GPU tests;
+#   CALL=7  session 23: the M = 1 mma fold against the CUDA-core default on lm_head (bs 32 and
+#           bs 16 + zp, both dtypes; the H200 question of session 17), and issue 20's M = 8, 16
+#           rows on gate/up, down and lm_head (the chooser, the tensor-core kernel, tinygemm).
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] bench/h200_targets_device.sh
@@ -22,7 +25,7 @@
 # (everything under $OUT ends in $OUT/h200-call<N>.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
-call=${CALL:?set CALL to 1, 2, 3, 4, 5 or 6}
+call=${CALL:?set CALL to 1, 2, 3, 4, 5, 6 or 7}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 workers=$(python3 -c "import os; print(min(14, max(1, (os.cpu_count() or 2) - 2)))")
@@ -70,6 +73,16 @@ if [ "$call" = 4 ]; then
     # kernel and tinygemm in one process per row set; 5 rows are the rule's unmeasured edge
     bench tile16 --m 16 --shapes k/v,q/o,down --variants env,tensor_core
     bench tile58 --m 5,8 --shapes k/v,q/o,down --variants env,tensor_core
+fi
+if [ "$call" = 7 ]; then
+    for dt in float16 bfloat16; do
+        bench mma32-$dt --m 1 $lm --formats 32 --dtypes $dt --variants default --no-tinygemm \
+            --configs c2l4u4b4m,c2l4u2b6m
+        bench mma16zp-$dt --m 1 $lm --formats 16+zp --dtypes $dt --variants default --no-tinygemm \
+            --configs c2l4u2b4m,c2l4u4b4m
+    done
+    bench lm816 --m 8,16 $lm --formats 32 --variants env,tensor_core
+    bench gd816 --m 8,16 --shapes gate/up,down --variants env,tensor_core
 fi
 if [ "$call" = 5 ]; then
     bench bf16 --m 1,5,16 --shapes k/v,q/o,gate/up,down --variants env
