@@ -40,7 +40,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda, float32, int64, uint32
+from numba.types import float16
 
 from ..kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, pair_words
 from ..kernels.intrinsics import SIMULATED, half2_sum, pack_half2, shfl_xor
@@ -158,12 +159,21 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
                 (groups + G - 1) // G * steps)
 
     @cuda.jit(device=True, inline=True)
+    def locate(i, steps):
+        """Item ``i``'s group round and step, ``(i // steps, i % steps)``, in 32-bit unsigned
+        arithmetic: a 64-bit division is a call, before which the compiler waits for every load
+        in flight (SASS); returned as int64 (uint32 against int64 would compare in float64)."""
+        ui, us = uint32(i), uint32(steps)
+        return int64(ui // us), int64(ui % us)
+
+    @cuda.jit(device=True, inline=True)
     def issue(packed, scales, f, i, steps, gw, G, s, q, raw, sv):
         """Every weight and scale load of item ``i`` (group ``gw + (i // steps) G``, step ``i %
         steps``): slot ``k`` holds column ``k >> unroll_shift`` of the group's, chunk ``k &
         (unroll - 1)`` of the step's."""
         K, N, row_bytes, nb, shift, cols, us = f[2], f[3], f[4], f[5], f[6], f[11], f[12]
-        g, st = gw + (i // steps) * G, i % steps
+        r, st = locate(i, steps)
+        g = gw + r * G
         for k in range(S):
             c, j = k >> us, s + ((st << us) + (k & ((1 << us) - 1))) * L
             n = min(g * P * cols + q + c * P, N - 1)
@@ -171,7 +181,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
                 x = load16(packed, f[0] + n * row_bytes + 16 * j)
                 for e in range(4):
                     raw[k, e] = x[e]
-                sv[k] = float32(scales[f[1] + n * nb + (j >> shift)])
+                sv[k] = scales[f[1] + n * nb + (j >> shift)]
 
     @cuda.jit(device=True, inline=True)
     def fold(stage, f, st, s, raw, sv, acc):
@@ -183,7 +193,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
                 b = uint32(CHUNK_STRIDE) * uint32(j)     # unsigned: no negative-index wrap
                 x0, x1 = _words(stage, b), _words(stage, b + uint32(4))
                 x2, x3 = _words(stage, b + uint32(8)), _words(stage, b + uint32(12))
-                acc[k] += sv[k] * (_half_dot(raw[k, 0], raw[k, 1], x0, x1)
+                acc[k] += float32(sv[k]) * (_half_dot(raw[k, 0], raw[k, 1], x0, x1)
                                    + _half_dot(raw[k, 2], raw[k, 3], x2, x3))
 
     @cuda.jit(device=True, inline=True)
@@ -212,13 +222,13 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         """Item ``i``: fold it (its loads are in ``raw``; none past the warp's ``n``), refill
         ``raw`` with item ``i + 2`` (the other buffer holds ``i + 1``), and end the group after
         its last step (past the warp's groups: shuffles, stores nothing)."""
-        st = i % steps
+        r, st = locate(i, steps)
         if i < n:
             fold(stage, f, st, s, raw, sv, acc)
         if i + 2 < n:
             issue(packed, scales, f, i + 2, steps, gw, G, s, q, raw, sv)
         if st == steps - 1:
-            finish(acts, f, gw + (i // steps) * G, s, q, acc)
+            finish(acts, f, gw + r * G, s, q, acc)
 
     @cuda.jit(device=True, inline=True)
     def begin(packed, scales, phases, p, gw, G, s, q, raw_a, sv_a, raw_b, sv_b):
@@ -272,7 +282,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         gw = cuda.blockIdx.x * WARPS + warp
         G = cuda.gridDim.x * WARPS
         raw_a, raw_b = cuda.local.array((S, 4), uint32), cuda.local.array((S, 4), uint32)
-        sv_a, sv_b = cuda.local.array(S, float32), cuda.local.array(S, float32)
+        sv_a, sv_b = cuda.local.array(S, float16), cuda.local.array(S, float16)
         acc = cuda.local.array(S, float32)
         stage = cuda.shared.array(STAGE, np.uint32, alignment=ALIGN)
         for k in range(S):
