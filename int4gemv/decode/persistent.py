@@ -17,8 +17,7 @@ from ..backend import require_gpu
 from ..device import device_facts
 from .launches import KernelLaunch
 from .model import check_chain
-from .persistent_kernel import (MAX_COLS, MAX_K, PHASE_FIELDS, SLOTS, WARPS_PER_SM, chain_kernel,
-                                reset_kernel)
+from .persistent_kernel import MAX_COLS, MAX_K, PHASE_FIELDS, SLOTS, blocks_per_sm, chain_kernel, reset_kernel
 from .step import ChainStep
 
 __all__ = ["PersistentChain", "phase_tiling"]
@@ -43,10 +42,10 @@ class PersistentChain(ChainStep):
     """The chain over ``layers`` and ``lm_head`` in one persistent launch.
 
     Args:
-        warps: warps a block, 1, 2, 4, 8 or 16 (``WARPS_PER_SM // warps`` blocks per multiprocessor;
-            default 16 on a GPU, the fastest measured, session 22; 4 on the simulator, which runs a
-            thread per simulated thread).
-        blocks: grid size (default: as many as fit, ``WARPS_PER_SM // warps`` per multiprocessor;
+        warps: warps a block, 1, 2 or 4 (default 4: 16 warps per multiprocessor; fewer leave
+            warps idle for the rings' shared memory, :func:`~.persistent_kernel.blocks_per_sm`).
+        blocks: grid size (default: as many as fit, :func:`~.persistent_kernel.blocks_per_sm` per
+            multiprocessor;
             1 on the simulator, whose blocks run one after another and so cannot wait for each
             other).
         lanes: lanes per column (32 on the GPU; fewer let small test shapes take several steps).
@@ -81,7 +80,7 @@ class PersistentChain(ChainStep):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
         if warps is None:
-            warps = 4 if config.ENABLE_CUDASIM else WARPS_PER_SM
+            warps = 4
         kernel = chain_kernel(lanes, warps, timeline)       # ValueError naming lanes or warps
         require_gpu("int4gemv.decode.PersistentChain")   # arguments first; then before any device array
         self.layers, self.lm_head, self.hidden = layers, lm_head, H
@@ -94,7 +93,7 @@ class PersistentChain(ChainStep):
         self.x = self.acts[:H]
         self.logits = self.acts[offsets["logits"]:offsets["logits"] + lm_head.N]
         if blocks is None:
-            blocks = 1 if config.ENABLE_CUDASIM else WARPS_PER_SM // warps * device_facts()[1]
+            blocks = 1 if config.ENABLE_CUDASIM else blocks_per_sm(warps) * device_facts()[1]
         # (activation, silu, bias, output) per phase of a layer; then lm_head.
         wiring = [("x", 0, None, "qkv"), ("qkv", 0, "x", "h"), ("h", 0, None, "gu"), ("gu", 1, "h", "x")]
         table, word_parts, scale_parts, words, scales = [], [], [], 0, 0
@@ -112,7 +111,8 @@ class PersistentChain(ChainStep):
             words, scales = words + w.N * row_bytes, scales + w.scales.size
         assert len(table[0]) == len(PHASE_FIELDS)
         self.packed = cuda.to_device(np.concatenate(word_parts))
-        self.scales = cuda.to_device(np.concatenate(scale_parts))
+        scales = np.concatenate(scale_parts + [np.zeros(sum(p.size for p in scale_parts) % 2, np.float16)])
+        self.scales = cuda.to_device(scales.view(np.uint8))    # whole 4-byte words: copied by word
         self.phases = cuda.to_device(np.array(table, np.int64))
         self.done = cuda.to_device(np.zeros(len(table) + 1, np.int32))   # + the timed-out barriers
         self.blocks, self.warps, self.lanes, self.split_phases = blocks, warps, lanes, split_phases

@@ -5,17 +5,20 @@ column groups ``gw, gw + G, ...`` of every phase, in phase order. A group is ``P
 ``P = 32 / lanes`` column slots of ``lanes`` lanes (``cols`` per phase, at most :data:`MAX_COLS`):
 lane ``s`` of slot ``q`` takes the columns ``g * P * cols + q + c * P`` and their 32-element chunks
 ``s, s + lanes, ...``, ``unroll`` chunks (per phase) a step. A warp's *items* are its groups'
-steps in order; each item is ``cols x unroll <= SLOTS`` 16-byte weight loads a lane. **Two items
-are always in flight:** a lane has two load buffers; item ``i`` is folded from one while ``i + 1``
-loads into the other, and as soon as ``i`` is folded its buffer is refilled with ``i + 2`` (a
-phase's first two items are issued before its barrier). The arithmetic is the default tiling's
+steps in order; each item is ``cols x unroll <= SLOTS`` 16-byte weight copies a lane and their
+scales. **Items fly in a ring:** a lane's copies go through ``cp.async`` into its own words of a
+per-warp ring of :data:`RING` item slots in shared memory, one commit group an item; before it
+folds item ``i`` a lane issues item ``i + RING - 1`` and waits with ``cp.async.wait_group RING -
+1``, so ``RING - 1`` items stay in flight while one folds (a phase's first ``RING - 1`` items are
+issued before its barrier). Loads into registers could not do this: ptxas gives every weight load
+one scoreboard, so waiting for one item waited for all (bench/NOTES.md, session 23). The arithmetic is the default tiling's
 M = 1 fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired fp16 activations, 8 products a
 half in fp16, then float32 with the group's scale), summed per slot and per column at the group's
 end.
 
 **Phase boundaries are grid barriers** (:mod:`.grid_barrier`). When a block's warps have stored a
 phase's outputs, the block counts itself in the phase's counter ``done[p]`` (``arrive``), then each warp
-issues the loads of its first two items of the next phase (the weights never depend on an earlier
+issues the copies of its first ``RING - 1`` items of the next phase (the weights never depend on an earlier
 phase: they fly while the barrier waits; issued after the fence, which would wait for them), then
 the block waits until all ``gridDim.x`` blocks have counted (``wait_all``). The grid must be resident
 at once: it is launched cooperatively (the driver refuses a grid that cannot be). After the barrier
@@ -24,7 +27,7 @@ vector_loads.load16_l2`: other blocks wrote it in this launch), re-paired as the
 stage (:data:`CHUNK_STRIDE`), with ``silu(g)·u`` rounded to fp16 for a ``silu`` phase (gate/up's
 outputs ``g`` at ``act``, ``u`` at ``act + K``); the bias (the residual) is read from L2 too.
 
-**Launches.** ``kernel(packed, scales, acts, phases, done, first, last, stamps)`` runs phases
+**Launches.** ``kernel(packed, scale_bytes, acts, phases, done, first, last, stamps)`` runs phases
 ``first .. last - 1`` with a barrier between two of them; every block counts every phase it ends
 in ``done[p]`` (so a launch per phase, which the simulator's tests use to run several blocks,
 counts as one launch of all), and a barrier it gave up on in ``done[-1]``. A ``timed`` kernel's
@@ -32,7 +35,8 @@ thread 0 of block ``b`` writes ``%globaltimer`` to ``stamps[p, b, k]`` (uint64 `
 3]``; blocks past its second axis write nothing) at :data:`PHASE_START`, :data:`STAGED` and
 :data:`ARRIVED`; an untimed one never reads ``stamps``. Symmetric weights (zero point
 8), block sizes 32, 64, 128, K a multiple of 32 and at most :data:`MAX_K`; fp16. Phases are rows
-of an int64 table (:data:`PHASE_FIELDS`).
+of an int64 table (:data:`PHASE_FIELDS`). ``scale_bytes`` is the fp16 scales' bytes (uint8), an
+even number of scales (a scale is copied as the 4-byte word that holds it).
 """
 
 from __future__ import annotations
@@ -41,30 +45,37 @@ import functools
 
 import numpy as np
 from numba import cuda, float32, int64, uint32
-from numba.types import float16
 
 from ..kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, pair_words
 from ..kernels.intrinsics import SIMULATED, half2_sum, pack_half2, shfl_xor
 from ..kernels.nibble_pairs import half_high, half_low
+from ..kernels.async_copy import ASYNC_WAITS, async_commit, cp_async4, cp_async16, load16_shared
 from ..kernels.global_timer import global_timer
-from ..kernels.vector_loads import load16, load16_l2
+from ..kernels.vector_loads import load16_l2
 from .grid_barrier import arrive, wait_all
 from .silu_mul import silu_times
 
-__all__ = ["chain_kernel", "reset_kernel", "PHASE_FIELDS", "WARPS_PER_SM", "WARP_CHOICES", "SLOTS",
+__all__ = ["chain_kernel", "reset_kernel", "blocks_per_sm", "shared_bytes", "PHASE_FIELDS", "WARPS_PER_SM",
+           "WARP_CHOICES", "SLOTS", "RING", "RING_WORDS",
            "MAX_COLS", "MAX_K", "CHUNK_STRIDE", "PHASE_START", "STAGED", "ARRIVED"]
 
-#: Warps per SM of the GPU's grid (128 registers a thread fill the register file), and the
-#: warps a block may have (its launch bounds: ``WARPS_PER_SM // warps`` blocks per SM).
-WARPS_PER_SM, WARP_CHOICES = 16, (1, 2, 4, 8, 16)
+#: Warps per SM of the GPU's grid at most (128 registers a thread fill the register file), and the
+#: warps a block may have (:func:`blocks_per_sm`: the static shared memory of 8 warps' rings
+#: would pass 48 KB).
+WARPS_PER_SM, WARP_CHOICES = 16, (1, 2, 4)
 #: Indices of the phase stamps (``timed``): the block starts the phase (passed the barrier),
 #: has staged its activations, has stored its outputs and counted itself.
 PHASE_START, STAGED, ARRIVED = 0, 1, 2
-#: Weight loads (16 bytes) a lane holds in each of its two buffers; the most columns per lane a
-#: phase may take (a step is ``cols x unroll <= SLOTS`` loads, ``unroll`` a power of two).
+#: Weight copies (16 bytes) a lane makes an item; the most columns per lane a phase may take (a
+#: step is ``cols x unroll <= SLOTS`` copies, ``unroll`` a power of two).
 SLOTS, MAX_COLS = 4, 4
-#: The longest activation row the shared stage holds (20 KB a block).
-MAX_K = 8192
+#: Item slots of a warp's ring (``RING - 1`` in flight while one folds), and the ring words of one
+#: item slot (``SLOTS`` copies of 4 words for 32 lanes; its scales take a quarter as many more).
+RING, RING_WORDS = 3, SLOTS * 4 * 32
+#: The longest activation row the shared stage holds (15 KB a block).
+MAX_K = 6144
+#: Shared memory of an SM (sm_90: 228 KB, 1 KB of it reserved per resident block).
+SHARED_PER_SM, SHARED_PER_BLOCK_RESERVED = 228 * 1024, 1024
 #: Words between two chunks' 16 staged words (the default tiling's conflict-free stride).
 CHUNK_STRIDE = 20
 #: Columns of the phase table: byte offset of the packed weights, element offset of the scales,
@@ -75,6 +86,18 @@ PHASE_FIELDS = ("words", "scales", "K", "N", "row_bytes", "groups", "group_shift
                 "out", "cols", "unroll_shift")
 
 _Z = uint32(0)
+_WAIT_RING = ASYNC_WAITS[RING - 1]
+
+
+def shared_bytes(warps: int) -> int:
+    """Static shared memory of a block of ``warps`` warps: the stage and the rings. Pure."""
+    return 4 * (MAX_K // 32 * CHUNK_STRIDE + warps * RING * RING_WORDS * 5 // 4)
+
+
+def blocks_per_sm(warps: int) -> int:
+    """Resident blocks of ``warps`` warps per SM: :data:`WARPS_PER_SM` warps at most, as many
+    as the shared memory holds. Pure."""
+    return min(WARPS_PER_SM // warps, SHARED_PER_SM // (shared_bytes(warps) + SHARED_PER_BLOCK_RESERVED))
 
 if SIMULATED:
     def _load_l2(array, i):
@@ -123,7 +146,7 @@ def _half_dot(w0, w1, x0, x1):
 @functools.lru_cache(maxsize=None, typed=True)   # typed: lanes=True is refused, not lanes=1
 def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
     """The persistent chain kernel with ``lanes`` lanes per column (1, 2, 4, 8, 16 or 32) and
-    ``warps`` warps a block (one of :data:`WARP_CHOICES`; ``WARPS_PER_SM // warps`` blocks per
+    ``warps`` warps a block (one of :data:`WARP_CHOICES`; :func:`blocks_per_sm` blocks per
     SM); ``timed``: it writes phase stamps (the module docstring)."""
     if isinstance(lanes, bool) or lanes not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"lanes must be a power of two from 1 to 32; got {lanes!r}")
@@ -133,9 +156,11 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         raise TypeError(f"timed must be a bool; got {type(timed).__name__}")
     L, P, LOG_L, WARPS, TIMED = lanes, 32 // lanes, lanes.bit_length() - 1, warps, timed
     C, S, THREADS = MAX_COLS, SLOTS, 32 * warps
-    bounds = {} if SIMULATED else {"launch_bounds": (THREADS, WARPS_PER_SM // warps)}
+    bounds = {} if SIMULATED else {"launch_bounds": (THREADS, blocks_per_sm(warps))}
     ALIGN = None if SIMULATED else 16            # group reads as LDS.128
     STAGE = MAX_K // 32 * CHUNK_STRIDE           # the staged row's words
+    RINGS = WARPS * RING * RING_WORDS            # the block's ring words
+    SCALE_RINGS = RINGS // 4                     # and its scales' ring words
 
     @cuda.jit(device=True, inline=True)
     def fields(phases, p):
@@ -167,34 +192,40 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         return int64(ui // us), int64(ui % us)
 
     @cuda.jit(device=True, inline=True)
-    def issue(packed, scales, f, i, steps, gw, G, s, q, raw, sv):
-        """Every weight and scale load of item ``i`` (group ``gw + (i // steps) G``, step ``i %
-        steps``): slot ``k`` holds column ``k >> unroll_shift`` of the group's, chunk ``k &
-        (unroll - 1)`` of the step's."""
-        K, N, row_bytes, nb, shift, cols, us = f[2], f[3], f[4], f[5], f[6], f[11], f[12]
+    def slot_of(f, g, st, s, q, k):
+        """Slot ``k`` of step ``st`` of group ``g``: ``(n, j, valid)``, its column and chunk
+        clamped into the weight (an invalid slot copies nothing but needs an address)."""
+        K32, N, cols, us = f[2] // 32, f[3], f[11], f[12]
+        c, j = k >> us, s + ((st << us) + (k & ((1 << us) - 1))) * L
+        return (min(g * P * cols + q + c * P, N - 1), min(j, K32 - 1), c < cols and j < K32)
+
+    @cuda.jit(device=True, inline=True)
+    def issue(packed, scale_bytes, f, i, steps, gw, G, s, q, ring, sring, at):
+        """Item ``i``'s weight and scale copies into ring slot ``at`` (group ``gw + (i // steps)
+        G``, step ``i % steps``), committed as one group (an empty one past the warp's items)."""
         r, st = locate(i, steps)
         g = gw + r * G
         for k in range(S):
-            c, j = k >> us, s + ((st << us) + (k & ((1 << us) - 1))) * L
-            n = min(g * P * cols + q + c * P, N - 1)
-            if c < cols and j < K // 32:
-                x = load16(packed, f[0] + n * row_bytes + 16 * j)
-                for e in range(4):
-                    raw[k, e] = x[e]
-                sv[k] = scales[f[1] + n * nb + (j >> shift)]
+            n, j, valid = slot_of(f, g, st, s, q, k)
+            e = f[1] + n * f[5] + (j >> f[6])
+            cp_async16(ring, at + uint32(128 * k), packed, f[0] + n * f[4] + 16 * j, valid)
+            cp_async4(sring, (at >> uint32(2)) + uint32(32 * k), scale_bytes, 4 * (e >> 1), valid)
 
     @cuda.jit(device=True, inline=True)
-    def fold(stage, f, st, s, raw, sv, acc):
-        """Step ``st``'s products into the slots' sums ``acc[k]`` (activations from the stage)."""
-        cols, us = f[11], f[12]
+    def fold(stage, f, g, st, s, q, ring, sring, at, acc):
+        """Step ``st``'s products into the slots' sums ``acc[k]`` (its copies landed in ring slot
+        ``at``; activations from the stage)."""
         for k in range(S):
-            j = s + ((st << us) + (k & ((1 << us) - 1))) * L
-            if (k >> us) < cols and j < f[2] // 32:
+            n, j, valid = slot_of(f, g, st, s, q, k)
+            if valid:
+                w = load16_shared(ring, at + uint32(128 * k))
+                sw = sring[(at >> uint32(2)) + uint32(32 * k)]
+                e = f[1] + n * f[5] + (j >> f[6])
                 b = uint32(CHUNK_STRIDE) * uint32(j)     # unsigned: no negative-index wrap
                 x0, x1 = _words(stage, b), _words(stage, b + uint32(4))
                 x2, x3 = _words(stage, b + uint32(8)), _words(stage, b + uint32(12))
-                acc[k] += float32(sv[k]) * (_half_dot(raw[k, 0], raw[k, 1], x0, x1)
-                                   + _half_dot(raw[k, 2], raw[k, 3], x2, x3))
+                acc[k] += (half_high(sw) if e & 1 else half_low(sw)) * (
+                    _half_dot(w[0], w[1], x0, x1) + _half_dot(w[2], w[3], x2, x3))
 
     @cuda.jit(device=True, inline=True)
     def finish(acts, f, g, s, q, acc):
@@ -218,27 +249,38 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
             acc[k] = float32(0.0)
 
     @cuda.jit(device=True, inline=True)
-    def step(packed, scales, stage, acts, f, i, n, steps, gw, G, s, q, raw, sv, acc):
-        """Item ``i``: fold it (its loads are in ``raw``; none past the warp's ``n``), refill
-        ``raw`` with item ``i + 2`` (the other buffer holds ``i + 1``), and end the group after
-        its last step (past the warp's groups: shuffles, stores nothing)."""
-        r, st = locate(i, steps)
-        if i < n:
-            fold(stage, f, st, s, raw, sv, acc)
-        if i + 2 < n:
-            issue(packed, scales, f, i + 2, steps, gw, G, s, q, raw, sv)
-        if st == steps - 1:
-            finish(acts, f, gw + r * G, s, q, acc)
+    def slot_at(base, i):
+        """The first ring word of item ``i``'s slot (``i % RING``) in the warp's ring."""
+        return base + uint32(RING_WORDS) * (uint32(i) % uint32(RING))
 
     @cuda.jit(device=True, inline=True)
-    def begin(packed, scales, phases, p, gw, G, s, q, raw_a, sv_a, raw_b, sv_b):
-        """Phase ``p``'s fields and :func:`items_of`, its first two items issued (a, then b)."""
+    def step(packed, scale_bytes, stage, acts, f, i, n, steps, gw, G, s, q, ring, sring, base, acc):
+        """Item ``i``: issue item ``i + RING - 1`` into the slot item ``i - 1`` left, wait until
+        item ``i``'s group has landed (the ``RING - 1`` newer may fly), fold it (none past the
+        warp's ``n``), and end the group after its last step (past the warp's groups: shuffles,
+        stores nothing)."""
+        ahead = i + RING - 1
+        if ahead < n:
+            issue(packed, scale_bytes, f, ahead, steps, gw, G, s, q, ring, sring, slot_at(base, ahead))
+        async_commit()
+        _WAIT_RING()
+        r, st = locate(i, steps)
+        g = gw + r * G
+        if i < n:
+            fold(stage, f, g, st, s, q, ring, sring, slot_at(base, i), acc)
+        if st == steps - 1:
+            finish(acts, f, g, s, q, acc)
+
+    @cuda.jit(device=True, inline=True)
+    def begin(packed, scale_bytes, phases, p, gw, G, s, q, ring, sring, base):
+        """Phase ``p``'s fields and :func:`items_of`, its first ``RING - 1`` items issued (a group
+        each, empty past the warp's items)."""
         f = fields(phases, p)
         steps, n, items = items_of(f, gw, G)
-        if n > 0:
-            issue(packed, scales, f, 0, steps, gw, G, s, q, raw_a, sv_a)
-        if n > 1:
-            issue(packed, scales, f, 1, steps, gw, G, s, q, raw_b, sv_b)
+        for i in range(RING - 1):
+            if i < n:
+                issue(packed, scale_bytes, f, i, steps, gw, G, s, q, ring, sring, slot_at(base, i))
+            async_commit()
         return f, steps, n, items
 
     @cuda.jit(device=True, inline=True)
@@ -276,32 +318,31 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
             stamps[p, cuda.blockIdx.x, k] = global_timer()
 
     @cuda.jit(**bounds)
-    def kernel(packed, scales, acts, phases, done, first, last, stamps):
+    def kernel(packed, scale_bytes, acts, phases, done, first, last, stamps):
         warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
         s, q = lane % L, lane // L
         gw = cuda.blockIdx.x * WARPS + warp
         G = cuda.gridDim.x * WARPS
-        raw_a, raw_b = cuda.local.array((S, 4), uint32), cuda.local.array((S, 4), uint32)
-        sv_a, sv_b = cuda.local.array(S, float16), cuda.local.array(S, float16)
         acc = cuda.local.array(S, float32)
         stage = cuda.shared.array(STAGE, np.uint32, alignment=ALIGN)
+        ring = cuda.shared.array(RINGS, np.uint32, alignment=ALIGN)
+        sring = cuda.shared.array(SCALE_RINGS, np.uint32)
+        base = uint32(warp * RING * RING_WORDS + 4 * lane)    # this lane's words of its warp's ring
         for k in range(S):
             acc[k] = float32(0.0)
         p = first
-        f, steps, n, items = begin(packed, scales, phases, p, gw, G, s, q, raw_a, sv_a, raw_b, sv_b)
+        f, steps, n, items = begin(packed, scale_bytes, phases, p, gw, G, s, q, ring, sring, base)
         while p < last:
             stamp(stamps, p, PHASE_START)
             stage_row(acts, stage, f)
             stamp(stamps, p, STAGED)
-            for i in range(0, items, 2):   # even items in buffer a, odd in b: two always in flight
-                step(packed, scales, stage, acts, f, i, n, steps, gw, G, s, q, raw_a, sv_a, acc)
-                if i + 1 < items:
-                    step(packed, scales, stage, acts, f, i + 1, n, steps, gw, G, s, q, raw_b, sv_b, acc)
+            for i in range(items):
+                step(packed, scale_bytes, stage, acts, f, i, n, steps, gw, G, s, q, ring, sring, base, acc)
             arrive(done, p)
             stamp(stamps, p, ARRIVED)
             p += 1
-            if p < last:   # the next phase's first two items fly while the grid waits
-                f, steps, n, items = begin(packed, scales, phases, p, gw, G, s, q, raw_a, sv_a, raw_b, sv_b)
+            if p < last:   # the next phase's first items fly while the grid waits
+                f, steps, n, items = begin(packed, scale_bytes, phases, p, gw, G, s, q, ring, sring, base)
                 wait_all(done, p - 1)
 
     return kernel
