@@ -9,6 +9,9 @@ from numba import cuda
 from int4gemv.kernels.async_copy import ASYNC_WAITS, async_commit, cp_async4, cp_async16, load16_shared
 from int4gemv.kernels.intrinsics import SIMULATED
 
+# Kernels call one wait each (a tuple of intrinsics cannot be indexed in a GPU kernel).
+_WAIT0, _WAIT1, _WAIT2 = ASYNC_WAITS[:3]
+
 
 @cuda.jit
 def _copies(src, out):
@@ -24,11 +27,11 @@ def _copies(src, out):
         async_commit()
         cp_async16(ring, 8, src, 0, False)          # group 2: zero-filled
         async_commit()
-        ASYNC_WAITS[2]()                            # group 0 landed
+        _WAIT2()                            # group 0 landed
         x = load16_shared(ring, 0)
         for i in range(4):
             out[i] = x[i]
-        ASYNC_WAITS[0]()                            # all landed
+        _WAIT0()                            # all landed
         for k in range(3):
             x = load16_shared(ring, 4 * k + 4)
             for i in range(4):
@@ -59,7 +62,7 @@ def _ring(src, out, rounds):
         ahead = i + 2
         cp_async16(ring, (ahead % 3) * 128 + 4 * t, src, 16 * ((ahead % rounds) * 32 + t), ahead < rounds)
         async_commit()
-        ASYNC_WAITS[2]()
+        _WAIT2()
         x = load16_shared(ring, (i % 3) * 128 + 4 * t)
         for e in range(4):
             out[(i * 32 + t) * 4 + e] = x[e]
@@ -80,9 +83,9 @@ def _early(src, out):
     cp_async16(ring, 0, src, 0, True)
     async_commit()
     cp_async16(ring, 0, src, 16, True)   # not committed: never lands
-    ASYNC_WAITS[1]()                     # one group may stay pending: nothing need land
+    _WAIT1()                     # one group may stay pending: nothing need land
     out[0] = ring[0]
-    ASYNC_WAITS[0]()
+    _WAIT0()
     out[1] = ring[0]
 
 
@@ -101,7 +104,7 @@ def _shared_word(src):
     ring = cuda.shared.array(4, np.uint32)
     cp_async4(ring, 0, src, 0, True)     # every thread into word 0
     async_commit()
-    ASYNC_WAITS[0]()
+    _WAIT0()
 
 
 @pytest.mark.skipif(not SIMULATED, reason="a check of the stand-in")

@@ -10,7 +10,8 @@ with faithful stand-ins for Numba's simulator.
   commit form one group.
 - ``ASYNC_WAITS[n]()``: ``cp.async.wait_group n`` (n = 0..3, an immediate): returns once at most
   the ``n`` newest committed groups of the thread are pending; the others' bytes are in shared
-  memory and visible to the issuing thread (only to it: no barrier is implied).
+  memory and visible to the issuing thread (only to it: no barrier is implied). A GPU kernel
+  cannot index the tuple: bind the wait it uses to a module-level name first.
 - :func:`load16_shared`: ``ld.shared.v4.u32``: 4 words from word ``index`` (16-byte aligned).
 
 The simulator's copies are deferred to the latest moment the hardware allows: a copy is
