@@ -318,12 +318,14 @@ def test_persistent_chain_with_stamps_or_more_warps_is_the_same_chain(rng, persi
     assert wide.completed().tolist() == [1] * len(wide.phases)
 
 
-def test_persistent_chain_stages_rows_longer_than_two_pieces_a_thread(rng):
+def test_persistent_chain_stages_rows_longer_than_one_pass(rng):
     from int4gemv.decode.persistent import PersistentChain
+    from int4gemv.decode.persistent_kernel import STAGE_PASS
 
-    # one warp a block: down's row (K = 640, silu) is 80 pieces of 8 for 32 threads, so a thread
-    # stages pieces i and i + 32 in one pass and some threads a third piece alone
-    shape = ChainShape(layers=1, hidden=64, intermediate=640, q_dim=64, kv_dim=24, vocab=40)
+    # one warp a block: down's row (K = 1600, silu) is 200 pieces of 8 for 32 threads, so a
+    # thread stages STAGE_PASS (6) pieces a pass, i, i + 32, ..., and some a second pass of one
+    shape = ChainShape(layers=1, hidden=64, intermediate=1600, q_dim=64, kv_dim=24, vocab=40)
+    assert STAGE_PASS * 32 < shape.intermediate // 8 < 2 * STAGE_PASS * 32
     weights = random_chain(shape, seed=8)
     chain = PersistentChain(*weights, warps=1, lanes=8)
     x = rng.standard_normal(shape.hidden).astype(np.float16)

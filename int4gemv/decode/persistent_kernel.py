@@ -74,6 +74,9 @@ SLOTS, MAX_COLS = 4, 4
 RING, RING_WORDS = 3, SLOTS * 4 * 32
 #: The longest activation row the shared stage holds (15 KB a block).
 MAX_K = 6144
+#: Activation pieces (8 values) a thread loads before it stages any: a 4-warp block's longest
+#: row in one pass (6144 / 8 / 128).
+STAGE_PASS = 6
 #: Shared memory of an SM (sm_90: 228 KB, 1 KB of it reserved per resident block).
 SHARED_PER_SM, SHARED_PER_BLOCK_RESERVED = 228 * 1024, 1024
 #: Words between two chunks' 16 staged words (the default tiling's conflict-free stride).
@@ -294,21 +297,29 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
     @cuda.jit(device=True, inline=True)
     def stage_row(acts, stage, f):
         """The block stages the phase's activations, re-paired (``silu(g)·u`` for silu). A thread
-        loads its pieces ``i`` and ``i + THREADS`` before it uses either (each L2 load is a
-        compiler barrier: one at a time, every piece would cost a round trip)."""
+        loads :data:`STAGE_PASS` pieces (and their ``u``) before it uses any: each L2 load is a
+        compiler barrier, so one at a time every piece would cost a round trip, and the silu
+        row of a 4-warp block is 6 pieces a thread."""
         K, base, silu = f[2], f[7], f[8]
         pieces = K // 8
-        for i in range(cuda.threadIdx.x, pieces, 2 * THREADS):
-            j = min(i + THREADS, pieces - 1)        # past the row: a repeated read, never staged
-            x = load16_l2(acts, base + 8 * i)
-            y = load16_l2(acts, base + 8 * j)
-            if silu:
-                u = load16_l2(acts, base + K + 8 * i)
-                v = load16_l2(acts, base + K + 8 * j)
-                x, y = _silu_words(x, u), _silu_words(y, v)
-            put(stage, i, x)
-            if i + THREADS < pieces:
-                put(stage, i + THREADS, y)
+        xs = cuda.local.array((STAGE_PASS, 4), uint32)
+        us = cuda.local.array((STAGE_PASS, 4), uint32)
+        for i in range(cuda.threadIdx.x, pieces, STAGE_PASS * THREADS):
+            for t in range(STAGE_PASS):
+                j = min(i + t * THREADS, pieces - 1)    # past the row: a repeated read, never staged
+                x = load16_l2(acts, base + 8 * j)
+                for e in range(4):
+                    xs[t, e] = x[e]
+                if silu:
+                    u = load16_l2(acts, base + K + 8 * j)
+                    for e in range(4):
+                        us[t, e] = u[e]
+            for t in range(STAGE_PASS):
+                x = (xs[t, 0], xs[t, 1], xs[t, 2], xs[t, 3])
+                if silu:
+                    x = _silu_words(x, (us[t, 0], us[t, 1], us[t, 2], us[t, 3]))
+                if i + t * THREADS < pieces:
+                    put(stage, i + t * THREADS, x)
         cuda.syncthreads()
 
     @cuda.jit(device=True, inline=True)
