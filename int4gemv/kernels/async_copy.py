@@ -97,6 +97,8 @@ else:
     from numba import types
     from numba.core.extending import intrinsic
 
+    from .void_asm import void_asm
+
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
     def _address(context, builder, aryty, ary, idxty, idx):
@@ -130,20 +132,8 @@ else:
     cp_async4 = intrinsic(_copy(4, "ca"))
     cp_async4.__doc__ = "``cp.async.ca.shared.global`` of 4 bytes (``src-size`` 0 if not valid)."
 
-    def _void_asm(text, doc):
-        @intrinsic
-        def fn(typingctx):
-            def codegen(context, builder, signature, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
-                                   side_effect=True)
-                builder.call(asm, [])
-                return context.get_dummy_value()
-            return types.void(), codegen
-        fn.__doc__ = doc
-        return fn
-
-    async_commit = _void_asm("cp.async.commit_group;", "``cp.async.commit_group``.")
-    ASYNC_WAITS = tuple(_void_asm(f"cp.async.wait_group {n};", f"``cp.async.wait_group {n}``.")
+    async_commit = void_asm("cp.async.commit_group;", "``cp.async.commit_group``.")
+    ASYNC_WAITS = tuple(void_asm(f"cp.async.wait_group {n};", f"``cp.async.wait_group {n}``.")
                         for n in range(4))
 
     @intrinsic

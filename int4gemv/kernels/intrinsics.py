@@ -118,6 +118,8 @@ else:
     from numba.core.extending import intrinsic
     from numba.cuda.libdevice import float_as_int, int_as_float  # noqa: F401
 
+    from .void_asm import void_asm
+
     _I32 = ir.IntType(32)
 
     @intrinsic
@@ -183,23 +185,11 @@ else:
             return builder.call(asm, args)
         return types.float32(types.uint32), codegen
 
-    def _void_asm(text, doc):
-        @intrinsic
-        def fn(typingctx):
-            def codegen(context, builder, signature, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
-                                   side_effect=True)
-                builder.call(asm, [])
-                return context.get_dummy_value()
-            return types.void(), codegen
-        fn.__doc__ = doc
-        return fn
-
-    wait_for_previous_grid = _void_asm(
+    wait_for_previous_grid = void_asm(
         "griddepcontrol.wait;",
         "``griddepcontrol.wait`` (sm_90+): block until the grids this one depends on through a "
         "programmatic dependent launch have completed and their writes are visible.")
-    allow_next_grid = _void_asm(
+    allow_next_grid = void_asm(
         "griddepcontrol.launch_dependents;",
         "``griddepcontrol.launch_dependents`` (sm_90+): the next programmatic dependent launch "
         "may start now (it still waits for this grid's completion before reading its output).")
