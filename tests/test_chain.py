@@ -358,6 +358,16 @@ def test_persistent_phase_tiling_gives_the_busiest_warp_the_fewest_columns():
     assert phase_tiling(10000, 96, 32, 8) == (2, 1)     # one chunk a lane
 
 
+def test_persistent_blocks_fit_static_shared_memory_and_the_sm():
+    from int4gemv.decode.persistent_kernel import WARP_CHOICES, blocks_per_sm, shared_bytes
+
+    # ptxas reports 46080 bytes of shared memory for chain_kernel(32, 4) (bench.sass_persistent)
+    assert shared_bytes(4) == 46080
+    assert all(shared_bytes(w) <= 48 * 1024 for w in WARP_CHOICES)      # static shared memory
+    # 16 warps an SM where the shared memory (228 KB, 1 KB reserved a block) holds them
+    assert [blocks_per_sm(w) for w in WARP_CHOICES] == [9, 7, 4]
+
+
 def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
     from int4gemv.decode.persistent import PersistentChain
 
@@ -365,7 +375,7 @@ def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
     for kwargs, match in ((dict(lanes=3), "lanes"), (dict(lanes=True), "lanes"), (dict(cols=5), "cols"),
                           (dict(unroll=3), "unroll"), (dict(cols=2, unroll=4), "unroll"),
                           (dict(unroll=0), "unroll"), (dict(blocks=True), "blocks"), (dict(warps=5), "warps"),
-                          (dict(warps=True), "warps")):
+                          (dict(warps=8), "warps"), (dict(warps=True), "warps")):
         with pytest.raises(ValueError, match=match):
             PersistentChain(layers, lm_head, **kwargs)
     with pytest.raises(TypeError, match="split_phases"):

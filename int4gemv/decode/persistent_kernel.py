@@ -11,8 +11,8 @@ per-warp ring of :data:`RING` item slots in shared memory, one commit group an i
 folds item ``i`` a lane issues item ``i + RING - 1`` and waits with ``cp.async.wait_group RING -
 1``, so ``RING - 1`` items stay in flight while one folds (a phase's first ``RING - 1`` items are
 issued before its barrier). Loads into registers could not do this: ptxas gives every weight load
-one scoreboard, so waiting for one item waited for all (bench/NOTES.md, session 23). The arithmetic is the default tiling's
-M = 1 fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired fp16 activations, 8 products a
+one scoreboard, so waiting for one item waited for all (bench/NOTES.md, session 23). The
+arithmetic is the default tiling's M = 1 fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired fp16 activations, 8 products a
 half in fp16, then float32 with the group's scale), summed per slot and per column at the group's
 end.
 
@@ -46,10 +46,10 @@ import functools
 import numpy as np
 from numba import cuda, float32, int64, uint32
 
+from ..kernels.async_copy import ASYNC_WAITS, async_commit, cp_async4, cp_async16, load16_shared
 from ..kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, pair_words
 from ..kernels.intrinsics import SIMULATED, half2_sum, pack_half2, shfl_xor
 from ..kernels.nibble_pairs import half_high, half_low
-from ..kernels.async_copy import ASYNC_WAITS, async_commit, cp_async4, cp_async16, load16_shared
 from ..kernels.global_timer import global_timer
 from ..kernels.vector_loads import load16_l2
 from .grid_barrier import arrive, wait_all
@@ -205,7 +205,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
     @cuda.jit(device=True, inline=True)
     def issue(packed, scale_bytes, f, i, steps, gw, G, s, q, ring, sring, at):
         """Item ``i``'s weight and scale copies into ring slot ``at`` (group ``gw + (i // steps)
-        G``, step ``i % steps``), committed as one group (an empty one past the warp's items)."""
+        G``, step ``i % steps``); the caller commits them as one group."""
         r, st = locate(i, steps)
         g = gw + r * G
         for k in range(S):
