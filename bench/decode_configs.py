@@ -35,7 +35,7 @@ def parse_config(text: str) -> dict:
         warps = re.fullmatch(r"(?:warps=(\d+))?", tuning)
         if warps is None or extras:
             raise ValueError(f"configuration {text!r}: expected persistent: or persistent:warps=W")
-        return dict(cfg, tuning="persistent", warps=int(warps[1] or 4), label=f"warps={warps[1] or 4}")
+        return dict(cfg, tuning="persistent", warps=int(warps[1] or 16), label=f"warps={warps[1] or 16}")
     for e in extras:
         key, _, value = e.partition("=")
         shape = re.fullmatch(r"(\d+)x(\d+)([sr]?)", value)

@@ -13,7 +13,7 @@
 #   CALL=5  session 21's changes: bf16 stores through cvt.rn.bf16.f32 (k/v, q/o, gate/up, down at
 #           M = 1, 5, 16, both dtypes), the rewritten persistent chain against the best
 #           conventional chain in one process, and their GPU tests;
-#   CALL=6  the persistent chain (session 23: the cp.async ring) at 4 and 2 warps a block with its
+#   CALL=6  the persistent chain (session 23: the cp.async ring) at 16 and 4 warps a block with its
 #           phase timeline, against the best conventional chain (with its kernel timeline), and
 #           its GPU tests;
 #   CALL=7  session 23: the M = 1 mma fold against the CUDA-core default on lm_head (bs 32 and
@@ -106,7 +106,7 @@ if [ "$call" = 6 ]; then
         tests/test_chain_gpu.py::test_persistent_chain_stamps_change_nothing_and_every_block_stamps_in_order \
         > "$out/pytest-s22.log" 2>&1 &
     timeout "${CHAIN_S:-300}" python3 -m bench.decode_chain --out "$out/chain" --race 100 --timeline --configs \
-        merged:default+pdl:down=4x4k4:silu=fused persistent:warps=4 persistent:warps=2 \
+        merged:default+pdl:down=4x4k4:silu=fused persistent:warps=16 persistent:warps=4 \
         > "$out/decode-chain.log" 2>&1
     echo "decode chain exit $?"; wait
     grep -E "FAILED|ERROR|passed|failed" "$out/pytest-s22.log" | tail -4; grep -v "^ " "$out/decode-chain.log" | tail -45

@@ -20,7 +20,7 @@ import numpy as np
 
 from .device import simulated
 
-__all__ = ["bind", "BoundLaunch", "CudaCallError", "launch_config"]
+__all__ = ["bind", "BoundLaunch", "CudaCallError", "launch_config", "STATIC_SHARED_LIMIT"]
 
 
 class CudaCallError(RuntimeError):
@@ -59,6 +59,9 @@ def _scalar_param(value):
 _LIBCUDA = {}
 #: ``CU_LAUNCH_ATTRIBUTE_COOPERATIVE``, ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``
 _COOPERATIVE, _PROGRAMMATIC = 2, 6
+#: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``, and the dynamic shared memory a kernel
+#: gets without raising it (48 KB).
+_MAX_DYNAMIC_SHARED, STATIC_SHARED_LIMIT = 8, 48 * 1024
 
 
 class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute
@@ -98,7 +101,10 @@ def _driver_function(name):
         fx = lib.cuLaunchKernelEx
         fx.argtypes = [ctypes.POINTER(_LaunchConfig)] + [ctypes.c_void_p] * 3
         fx.restype = ctypes.c_int
-        _LIBCUDA.update(cuLaunchKernel=fn, cuLaunchKernelEx=fx)
+        fa = lib.cuFuncSetAttribute
+        fa.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        fa.restype = ctypes.c_int
+        _LIBCUDA.update(cuLaunchKernel=fn, cuLaunchKernelEx=fx, cuFuncSetAttribute=fa)
     return _LIBCUDA[name]
 
 
@@ -131,7 +137,8 @@ class BoundLaunch:
     kernel may start before the previous kernel in the stream has finished, so it must call
     ``griddepcontrol.wait`` before touching anything that kernel writes. ``cooperative``: a
     cooperative launch: every block of the grid is resident at once (the driver refuses a grid
-    that cannot be), so blocks may wait for each other.
+    that cannot be), so blocks may wait for each other. ``shared``: dynamic shared memory in
+    bytes; past :data:`STATIC_SHARED_LIMIT` the kernel's limit is raised to it once, here.
     """
 
     __slots__ = ("_call", "_head", "_tail", "_params", "_values", "_config", "_attribute")
@@ -144,6 +151,10 @@ class BoundLaunch:
         if kernel is None:
             kernel = dispatcher.compile(sig)
         handle = int(kernel._codelibrary.get_cufunc().handle)
+        if shared > STATIC_SHARED_LIMIT:   # past 48 KB the kernel must opt in to its dynamic size
+            err = _driver_function("cuFuncSetAttribute")(handle, _MAX_DYNAMIC_SHARED, int(shared))
+            if err:
+                raise CudaCallError("cuFuncSetAttribute", _error_name(err))
         values = []
         for a in args:
             values += _array_params(a) if hasattr(a, "__cuda_array_interface__") else _scalar_param(a)

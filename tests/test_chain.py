@@ -359,13 +359,14 @@ def test_persistent_phase_tiling_gives_the_busiest_warp_the_fewest_columns():
 
 
 def test_persistent_blocks_fit_static_shared_memory_and_the_sm():
-    from int4gemv.decode.persistent_kernel import WARP_CHOICES, blocks_per_sm, shared_bytes
+    from int4gemv.decode.persistent_kernel import SHARED_PER_BLOCK, WARP_CHOICES, blocks_per_sm, shared_bytes
 
-    # ptxas reports 46080 bytes of shared memory for chain_kernel(32, 4) (bench.sass_persistent)
-    assert shared_bytes(4) == 46080
-    assert all(shared_bytes(w) <= 48 * 1024 for w in WARP_CHOICES)      # static shared memory
+    # the stage (6144 / 32 chunks of 20 words), then 4 ring slots of 512 weight words and 128
+    # scale words a warp, in bytes
+    assert shared_bytes(16) == 4 * (192 * 20 + 16 * 4 * (512 + 128)) == 179200
+    assert all(shared_bytes(w) <= SHARED_PER_BLOCK for w in WARP_CHOICES)    # a block's most
     # 16 warps an SM where the shared memory (228 KB, 1 KB reserved a block) holds them
-    assert [blocks_per_sm(w) for w in WARP_CHOICES] == [9, 7, 4]
+    assert [blocks_per_sm(w) for w in WARP_CHOICES] == [8, 6, 4, 2, 1]
 
 
 def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
@@ -375,7 +376,7 @@ def test_persistent_chain_refuses_what_its_kernel_cannot_run(persistent_chain):
     for kwargs, match in ((dict(lanes=3), "lanes"), (dict(lanes=True), "lanes"), (dict(cols=5), "cols"),
                           (dict(unroll=3), "unroll"), (dict(cols=2, unroll=4), "unroll"),
                           (dict(unroll=0), "unroll"), (dict(blocks=True), "blocks"), (dict(warps=5), "warps"),
-                          (dict(warps=8), "warps"), (dict(warps=True), "warps")):
+                          (dict(warps=32), "warps"), (dict(warps=True), "warps")):
         with pytest.raises(ValueError, match=match):
             PersistentChain(layers, lm_head, **kwargs)
     with pytest.raises(TypeError, match="split_phases"):

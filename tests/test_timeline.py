@@ -122,7 +122,7 @@ def test_bench_configurations_parse_to_chain_keywords():
     tunings = kind_tunings(cfg)
     assert tunings["qkv"].activations == "streaming" and tunings["qkv"].pdl
     assert (tunings["down"].cols, tunings["down"].unroll, tunings["down"].activations) == (1, 8, None)
-    assert (parse_config("persistent:")["warps"], parse_config("persistent:warps=2")["label"]) == (4, "warps=2")
+    assert (parse_config("persistent:")["warps"], parse_config("persistent:warps=4")["label"]) == (16, "warps=4")
     for bad in ("merged:fast", "diagonal:auto", "merged:auto:bps=0", "merged:auto:mlp=4x4", "persistent:warps=x",
                 "persistent:auto", "persistent:warps=8:bps=2"):
         with pytest.raises(ValueError, match="configuration"):

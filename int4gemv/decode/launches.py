@@ -110,14 +110,14 @@ class KernelLaunch:
     launches it on ``stream`` (anything :func:`int4gemv.device.stream_handle` accepts).
     ``programmatic``: a programmatic dependent launch (the kernel must call
     ``griddepcontrol.wait`` before reading what earlier launches wrote); ``cooperative``: every
-    block resident at once (see :class:`~int4gemv.launcher.BoundLaunch`); ``stamps``, ``slot``:
-    launch its stamped form (see :class:`GemvLaunch`)."""
+    block resident at once (see :class:`~int4gemv.launcher.BoundLaunch`); ``shared``: dynamic
+    shared memory in bytes; ``stamps``, ``slot``: launch its stamped form (see :class:`GemvLaunch`)."""
 
-    def __init__(self, kernel, grid, block, *args, programmatic=False, cooperative=False, stamps=None,
-                 slot=0):
+    def __init__(self, kernel, grid, block, *args, programmatic=False, cooperative=False, shared=0,
+                 stamps=None, slot=0):
         self.kernel, self.args = kernel, args
         self.grid, self.block = _dims("grid", grid), _dims("block", block)
-        self.bound = bound_kernel(kernel, args, self.grid, self.block, programmatic=programmatic,
+        self.bound = bound_kernel(kernel, args, self.grid, self.block, shared=shared, programmatic=programmatic,
                                   cooperative=cooperative, stamps=stamps, slot=slot)
 
     def __call__(self, stream=None):

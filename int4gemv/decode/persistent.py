@@ -17,7 +17,8 @@ from ..backend import require_gpu
 from ..device import device_facts
 from .launches import KernelLaunch
 from .model import check_chain
-from .persistent_kernel import MAX_COLS, MAX_K, PHASE_FIELDS, SLOTS, blocks_per_sm, chain_kernel, reset_kernel
+from .persistent_kernel import (MAX_COLS, MAX_K, PHASE_FIELDS, SLOTS, blocks_per_sm, chain_kernel, reset_kernel,
+                                shared_bytes)
 from .step import ChainStep
 
 __all__ = ["PersistentChain", "phase_tiling"]
@@ -42,8 +43,10 @@ class PersistentChain(ChainStep):
     """The chain over ``layers`` and ``lm_head`` in one persistent launch.
 
     Args:
-        warps: warps a block, 1, 2 or 4 (default 4: 16 warps per multiprocessor; fewer leave
-            warps idle for the rings' shared memory, :func:`~.persistent_kernel.blocks_per_sm`).
+        warps: warps a block, 1, 2, 4, 8 or 16 (default 16 on a GPU: one block a multiprocessor,
+            its row staged once; 4 on the simulator, which runs a thread per simulated thread;
+            fewer than 4 leave warps idle for the rings' shared memory,
+            :func:`~.persistent_kernel.blocks_per_sm`).
         blocks: grid size (default: as many as fit, :func:`~.persistent_kernel.blocks_per_sm` per
             multiprocessor;
             1 on the simulator, whose blocks run one after another and so cannot wait for each
@@ -80,7 +83,7 @@ class PersistentChain(ChainStep):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
         if warps is None:
-            warps = 4
+            warps = 4 if config.ENABLE_CUDASIM else 16
         kernel = chain_kernel(lanes, warps, timeline)       # ValueError naming lanes or warps
         require_gpu("int4gemv.decode.PersistentChain")   # arguments first; then before any device array
         self.layers, self.lm_head, self.hidden = layers, lm_head, H
@@ -123,7 +126,8 @@ class PersistentChain(ChainStep):
         spans = [(p, p + 1) for p in range(len(table))] if split_phases else [(0, len(table))]
         self._ops = (KernelLaunch(reset_kernel, -(-(len(table) + 1) // 256), 256, self.done),) + tuple(
             KernelLaunch(kernel, blocks, 32 * warps, self.packed, self.scales, self.acts, self.phases,
-                         self.done, first, last, self.stamps, cooperative=not split_phases)
+                         self.done, first, last, self.stamps, cooperative=not split_phases,
+                         shared=shared_bytes(warps))
             for first, last in spans)
         self.launches = len(self._ops)
         self.weight_bytes = sum(w.nbytes for w in phases)

@@ -7,7 +7,9 @@ lane ``s`` of slot ``q`` takes the columns ``g * P * cols + q + c * P`` and thei
 ``s, s + lanes, ...``, ``unroll`` chunks (per phase) a step. A warp's *items* are its groups'
 steps in order; each item is ``cols x unroll <= SLOTS`` 16-byte weight copies a lane and their
 scales. **Items fly in a ring:** a lane's copies go through ``cp.async`` into its own words of a
-per-warp ring of :data:`RING` item slots in shared memory, one commit group an item; before it
+per-warp ring of :data:`RING` item slots in dynamic shared memory (:func:`shared_bytes`: the
+stage, the weight rings, the scale rings; past 48 KB the launch raises the kernel's limit), one
+commit group an item; before it
 folds item ``i`` a lane issues item ``i + RING - 1`` and waits with ``cp.async.wait_group RING -
 1``, so ``RING - 1`` items stay in flight while one folds (a phase's first ``RING - 1`` items are
 issued before its barrier). Loads into registers could not do this: ptxas gives every weight load
@@ -56,13 +58,12 @@ from .grid_barrier import arrive, wait_all
 from .silu_mul import silu_times
 
 __all__ = ["chain_kernel", "reset_kernel", "blocks_per_sm", "shared_bytes", "PHASE_FIELDS", "WARPS_PER_SM",
-           "WARP_CHOICES", "SLOTS", "RING", "RING_WORDS",
+           "WARP_CHOICES", "SLOTS", "RING", "RING_WORDS", "SHARED_PER_BLOCK", "STAGE_PASS",
            "MAX_COLS", "MAX_K", "CHUNK_STRIDE", "PHASE_START", "STAGED", "ARRIVED"]
 
 #: Warps per SM of the GPU's grid at most (128 registers a thread fill the register file), and the
-#: warps a block may have (:func:`blocks_per_sm`: the static shared memory of 8 warps' rings
-#: would pass 48 KB).
-WARPS_PER_SM, WARP_CHOICES = 16, (1, 2, 4)
+#: warps a block may have (:func:`blocks_per_sm`: fewer where the rings fill the shared memory).
+WARPS_PER_SM, WARP_CHOICES = 16, (1, 2, 4, 8, 16)
 #: Indices of the phase stamps (``timed``): the block starts the phase (passed the barrier),
 #: has staged its activations, has stored its outputs and counted itself.
 PHASE_START, STAGED, ARRIVED = 0, 1, 2
@@ -71,14 +72,15 @@ PHASE_START, STAGED, ARRIVED = 0, 1, 2
 SLOTS, MAX_COLS = 4, 4
 #: Item slots of a warp's ring (``RING - 1`` in flight while one folds), and the ring words of one
 #: item slot (``SLOTS`` copies of 4 words for 32 lanes; its scales take a quarter as many more).
-RING, RING_WORDS = 3, SLOTS * 4 * 32
+RING, RING_WORDS = 4, SLOTS * 4 * 32
 #: The longest activation row the shared stage holds (15 KB a block).
 MAX_K = 6144
 #: Activation pieces (8 values) a thread loads before it stages any: a 4-warp block's longest
 #: row in one pass (6144 / 8 / 128).
 STAGE_PASS = 6
-#: Shared memory of an SM (sm_90: 228 KB, 1 KB of it reserved per resident block).
-SHARED_PER_SM, SHARED_PER_BLOCK_RESERVED = 228 * 1024, 1024
+#: Shared memory of an SM and the most a block may have (sm_90: 228 KB, 1 KB of it reserved per
+#: resident block; 227 KB).
+SHARED_PER_SM, SHARED_PER_BLOCK_RESERVED, SHARED_PER_BLOCK = 228 * 1024, 1024, 227 * 1024
 #: Words between two chunks' 16 staged words (the default tiling's conflict-free stride).
 CHUNK_STRIDE = 20
 #: Columns of the phase table: byte offset of the packed weights, element offset of the scales,
@@ -93,7 +95,8 @@ _WAIT_RING = ASYNC_WAITS[RING - 1]
 
 
 def shared_bytes(warps: int) -> int:
-    """Static shared memory of a block of ``warps`` warps: the stage and the rings. Pure."""
+    """Dynamic shared memory of a block of ``warps`` warps (the launch passes it): the stage,
+    then the weight rings, then the scale rings, in uint32 words. Pure."""
     return 4 * (MAX_K // 32 * CHUNK_STRIDE + warps * RING * RING_WORDS * 5 // 4)
 
 
@@ -162,8 +165,8 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
     bounds = {} if SIMULATED else {"launch_bounds": (THREADS, blocks_per_sm(warps))}
     ALIGN = None if SIMULATED else 16            # group reads as LDS.128
     STAGE = MAX_K // 32 * CHUNK_STRIDE           # the staged row's words
-    RINGS = WARPS * RING * RING_WORDS            # the block's ring words
-    SCALE_RINGS = RINGS // 4                     # and its scales' ring words
+    RING_AT = STAGE                              # the block's weight rings' first word
+    SCALE_AT = STAGE + WARPS * RING * RING_WORDS  # and its scale rings' (shared_bytes' layout)
 
     @cuda.jit(device=True, inline=True)
     def fields(phases, p):
@@ -203,7 +206,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         return (min(g * P * cols + q + c * P, N - 1), min(j, K32 - 1), c < cols and j < K32)
 
     @cuda.jit(device=True, inline=True)
-    def issue(packed, scale_bytes, f, i, steps, gw, G, s, q, ring, sring, at):
+    def issue(packed, scale_bytes, f, i, steps, gw, G, s, q, smem, at):
         """Item ``i``'s weight and scale copies into ring slot ``at`` (group ``gw + (i // steps)
         G``, step ``i % steps``); the caller commits them as one group."""
         r, st = locate(i, steps)
@@ -211,22 +214,22 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         for k in range(S):
             n, j, valid = slot_of(f, g, st, s, q, k)
             e = f[1] + n * f[5] + (j >> f[6])
-            cp_async16(ring, at + uint32(128 * k), packed, f[0] + n * f[4] + 16 * j, valid)
-            cp_async4(sring, (at >> uint32(2)) + uint32(32 * k), scale_bytes, 4 * (e >> 1), valid)
+            cp_async16(smem, RING_AT + at + uint32(128 * k), packed, f[0] + n * f[4] + 16 * j, valid)
+            cp_async4(smem, SCALE_AT + (at >> uint32(2)) + uint32(32 * k), scale_bytes, 4 * (e >> 1), valid)
 
     @cuda.jit(device=True, inline=True)
-    def fold(stage, f, g, st, s, q, ring, sring, at, acc):
+    def fold(smem, f, g, st, s, q, at, acc):
         """Step ``st``'s products into the slots' sums ``acc[k]`` (its copies landed in ring slot
-        ``at``; activations from the stage)."""
+        ``at``; activations from the stage, the first words of ``smem``)."""
         for k in range(S):
             n, j, valid = slot_of(f, g, st, s, q, k)
             if valid:
-                w = load16_shared(ring, at + uint32(128 * k))
-                sw = sring[(at >> uint32(2)) + uint32(32 * k)]
+                w = load16_shared(smem, RING_AT + at + uint32(128 * k))
+                sw = smem[SCALE_AT + (at >> uint32(2)) + uint32(32 * k)]
                 e = f[1] + n * f[5] + (j >> f[6])
                 b = uint32(CHUNK_STRIDE) * uint32(j)     # unsigned: no negative-index wrap
-                x0, x1 = _words(stage, b), _words(stage, b + uint32(4))
-                x2, x3 = _words(stage, b + uint32(8)), _words(stage, b + uint32(12))
+                x0, x1 = _words(smem, b), _words(smem, b + uint32(4))
+                x2, x3 = _words(smem, b + uint32(8)), _words(smem, b + uint32(12))
                 acc[k] += (half_high(sw) if e & 1 else half_low(sw)) * (
                     _half_dot(w[0], w[1], x0, x1) + _half_dot(w[2], w[3], x2, x3))
 
@@ -257,32 +260,32 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         return base + uint32(RING_WORDS) * (uint32(i) % uint32(RING))
 
     @cuda.jit(device=True, inline=True)
-    def step(packed, scale_bytes, stage, acts, f, i, n, steps, gw, G, s, q, ring, sring, base, acc):
+    def step(packed, scale_bytes, smem, acts, f, i, n, steps, gw, G, s, q, base, acc):
         """Item ``i``: issue item ``i + RING - 1`` into the slot item ``i - 1`` left, wait until
         item ``i``'s group has landed (the ``RING - 1`` newer may fly), fold it (none past the
         warp's ``n``), and end the group after its last step (past the warp's groups: shuffles,
         stores nothing)."""
         ahead = i + RING - 1
         if ahead < n:
-            issue(packed, scale_bytes, f, ahead, steps, gw, G, s, q, ring, sring, slot_at(base, ahead))
+            issue(packed, scale_bytes, f, ahead, steps, gw, G, s, q, smem, slot_at(base, ahead))
         async_commit()
         _WAIT_RING()
         r, st = locate(i, steps)
         g = gw + r * G
         if i < n:
-            fold(stage, f, g, st, s, q, ring, sring, slot_at(base, i), acc)
+            fold(smem, f, g, st, s, q, slot_at(base, i), acc)
         if st == steps - 1:
             finish(acts, f, g, s, q, acc)
 
     @cuda.jit(device=True, inline=True)
-    def begin(packed, scale_bytes, phases, p, gw, G, s, q, ring, sring, base):
+    def begin(packed, scale_bytes, phases, p, gw, G, s, q, smem, base):
         """Phase ``p``'s fields and :func:`items_of`, its first ``RING - 1`` items issued (a group
         each, empty past the warp's items)."""
         f = fields(phases, p)
         steps, n, items = items_of(f, gw, G)
         for i in range(RING - 1):
             if i < n:
-                issue(packed, scale_bytes, f, i, steps, gw, G, s, q, ring, sring, slot_at(base, i))
+                issue(packed, scale_bytes, f, i, steps, gw, G, s, q, smem, slot_at(base, i))
             async_commit()
         return f, steps, n, items
 
@@ -335,25 +338,23 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         gw = cuda.blockIdx.x * WARPS + warp
         G = cuda.gridDim.x * WARPS
         acc = cuda.local.array(S, float32)
-        stage = cuda.shared.array(STAGE, np.uint32, alignment=ALIGN)
-        ring = cuda.shared.array(RINGS, np.uint32, alignment=ALIGN)
-        sring = cuda.shared.array(SCALE_RINGS, np.uint32)
+        smem = cuda.shared.array(0, uint32, alignment=ALIGN)   # dynamic: the stage, the rings (shared_bytes)
         base = uint32(warp * RING * RING_WORDS + 4 * lane)    # this lane's words of its warp's ring
         for k in range(S):
             acc[k] = float32(0.0)
         p = first
-        f, steps, n, items = begin(packed, scale_bytes, phases, p, gw, G, s, q, ring, sring, base)
+        f, steps, n, items = begin(packed, scale_bytes, phases, p, gw, G, s, q, smem, base)
         while p < last:
             stamp(stamps, p, PHASE_START)
-            stage_row(acts, stage, f)
+            stage_row(acts, smem, f)
             stamp(stamps, p, STAGED)
             for i in range(items):
-                step(packed, scale_bytes, stage, acts, f, i, n, steps, gw, G, s, q, ring, sring, base, acc)
+                step(packed, scale_bytes, smem, acts, f, i, n, steps, gw, G, s, q, base, acc)
             arrive(done, p)
             stamp(stamps, p, ARRIVED)
             p += 1
             if p < last:   # the next phase's first items fly while the grid waits
-                f, steps, n, items = begin(packed, scale_bytes, phases, p, gw, G, s, q, ring, sring, base)
+                f, steps, n, items = begin(packed, scale_bytes, phases, p, gw, G, s, q, smem, base)
                 wait_all(done, p - 1)
 
     return kernel
