@@ -90,7 +90,7 @@ def launch_config(grid, block, shared=0, programmatic=False, cooperative=False):
 
 
 def _driver_function(name):
-    """``cuLaunchKernel`` / ``cuLaunchKernelEx`` from the driver library. ``cuLaunchKernel``
+    """``cuLaunchKernel`` / ``cuLaunchKernelEx`` / ``cuFuncSetAttribute`` from the driver library. ``cuLaunchKernel``
     has no ``argtypes``: :class:`BoundLaunch` passes every argument as a ctypes object of the C
     parameter's type (converting 11 Python ints through ``argtypes`` on every launch costs
     about 0.4 microseconds)."""

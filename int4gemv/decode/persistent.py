@@ -48,9 +48,8 @@ class PersistentChain(ChainStep):
             fewer than 4 leave warps idle for the rings' shared memory,
             :func:`~.persistent_kernel.blocks_per_sm`).
         blocks: grid size (default: as many as fit, :func:`~.persistent_kernel.blocks_per_sm` per
-            multiprocessor;
-            1 on the simulator, whose blocks run one after another and so cannot wait for each
-            other).
+            multiprocessor; 1 on the simulator, whose blocks run one after another and so cannot
+            wait for each other).
         lanes: lanes per column (32 on the GPU; fewer let small test shapes take several steps).
         cols, unroll: every phase's columns per lane and chunks per step (``None``:
             :func:`phase_tiling`; ``unroll`` 1, 2 or 4 and ``cols * unroll <= SLOTS``); test hooks.
