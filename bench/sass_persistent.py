@@ -32,7 +32,8 @@ def _ptx(lanes, warps, timed):
     from numba import cuda, types
     from numba.cuda.cudadrv import nvrtc
 
-    from int4gemv.decode.persistent_kernel import blocks_per_sm, chain_kernel
+    from int4gemv.decode.persistent_kernel import chain_kernel
+    from int4gemv.decode.persistent_layout import blocks_per_sm
 
     class Hopper:   # what Numba asks of the current device while it types the kernel
         compute_capability = (9, 0)

@@ -320,7 +320,7 @@ def test_persistent_chain_with_stamps_or_more_warps_is_the_same_chain(rng, persi
 
 def test_persistent_chain_stages_rows_longer_than_one_pass(rng):
     from int4gemv.decode.persistent import PersistentChain
-    from int4gemv.decode.persistent_kernel import STAGE_PASS
+    from int4gemv.decode.persistent_layout import STAGE_PASS
 
     # one warp a block: down's row (K = 1600, silu) is 200 pieces of 8 for 32 threads, so a
     # thread stages STAGE_PASS (6) pieces a pass, i, i + 32, ..., and some a second pass of one
@@ -359,7 +359,7 @@ def test_persistent_phase_tiling_gives_the_busiest_warp_the_fewest_columns():
 
 
 def test_persistent_blocks_fit_static_shared_memory_and_the_sm():
-    from int4gemv.decode.persistent_kernel import SHARED_PER_BLOCK, WARP_CHOICES, blocks_per_sm, shared_bytes
+    from int4gemv.decode.persistent_layout import SHARED_PER_BLOCK, WARP_CHOICES, blocks_per_sm, shared_bytes
 
     # the stage (6144 / 32 chunks of 20 words), then 4 ring slots of 512 weight words and 128
     # scale words a warp, in bytes

@@ -14,8 +14,8 @@ One concept per module:
   warps (all of K in flight before the dependency wait), optionally with silu·mul fused in;
 * :mod:`.stamps`, :mod:`.timeline` — per-block ``%globaltimer`` stamps and the per-kernel
   timeline of a replayed step;
-* :mod:`.persistent`, :mod:`.persistent_kernel`, :mod:`.grid_barrier` — the experimental one-launch
-  chain and the barrier between its phases.
+* :mod:`.persistent`, :mod:`.persistent_kernel`, :mod:`.persistent_layout`, :mod:`.grid_barrier` —
+  the experimental one-launch chain, its geometry and the barrier between its phases.
 
 Importing this package imports Numba but touches no GPU.
 """

@@ -17,8 +17,8 @@ from ..backend import require_gpu
 from ..device import device_facts
 from .launches import KernelLaunch
 from .model import check_chain
-from .persistent_kernel import (MAX_COLS, MAX_K, PHASE_FIELDS, SLOTS, blocks_per_sm, chain_kernel, reset_kernel,
-                                shared_bytes)
+from .persistent_kernel import chain_kernel, reset_kernel
+from .persistent_layout import MAX_COLS, MAX_K, PHASE_FIELDS, SLOTS, blocks_per_sm, shared_bytes
 from .step import ChainStep
 
 __all__ = ["PersistentChain", "phase_tiling"]
@@ -46,8 +46,8 @@ class PersistentChain(ChainStep):
         warps: warps a block, 1, 2, 4, 8 or 16 (default 16 on a GPU: one block a multiprocessor,
             its row staged once; 4 on the simulator, which runs a thread per simulated thread;
             fewer than 4 leave warps idle for the rings' shared memory,
-            :func:`~.persistent_kernel.blocks_per_sm`).
-        blocks: grid size (default: as many as fit, :func:`~.persistent_kernel.blocks_per_sm` per
+            :func:`~.persistent_layout.blocks_per_sm`).
+        blocks: grid size (default: as many as fit, :func:`~.persistent_layout.blocks_per_sm` per
             multiprocessor; 1 on the simulator, whose blocks run one after another and so cannot
             wait for each other).
         lanes: lanes per column (32 on the GPU; fewer let small test shapes take several steps).

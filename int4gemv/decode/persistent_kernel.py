@@ -14,9 +14,10 @@ folds item ``i`` a lane issues item ``i + RING - 1`` and waits with ``cp.async.w
 1``, so ``RING - 1`` items stay in flight while one folds (a phase's first ``RING - 1`` items are
 issued before its barrier). Loads into registers could not do this: ptxas gives every weight load
 one scoreboard, so waiting for one item waited for all (bench/NOTES.md, session 23). The
-arithmetic is the default tiling's M = 1 fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired fp16 activations, 8 products a
-half in fp16, then float32 with the group's scale), summed per slot and per column at the group's
-end.
+arithmetic is the default tiling's M = 1 fold (:func:`~int4gemv.kernels.half2.dot8` on re-paired
+fp16 activations, 8 products a half in fp16, then float32 with the group's scale), summed per slot
+and per column at the group's end. The constants and the shared-memory layout named here live in
+:mod:`.persistent_layout`.
 
 **Phase boundaries are grid barriers** (:mod:`.grid_barrier`). When a block's warps have stored a
 phase's outputs, the block counts itself in the phase's counter ``done[p]`` (``arrive``), then each warp
@@ -49,61 +50,22 @@ import numpy as np
 from numba import cuda, float32, int64, uint32
 
 from ..kernels.async_copy import ASYNC_WAITS, async_commit, cp_async4, cp_async16, load16_shared
+from ..kernels.default_m1 import CHUNK_STRIDE
 from ..kernels.half2 import NO_ZP_HIGH, NO_ZP_LOW, dot8, pair_words
 from ..kernels.intrinsics import SIMULATED, half2_sum, pack_half2, shfl_xor
 from ..kernels.nibble_pairs import half_high, half_low
 from ..kernels.global_timer import global_timer
 from ..kernels.vector_loads import load16_l2
 from .grid_barrier import arrive, wait_all
+from .persistent_layout import (ARRIVED, MAX_COLS, PHASE_START, RING, RING_WORDS, SLOTS, STAGE_PASS, STAGED,
+                                WARP_CHOICES, blocks_per_sm, stage_words)
 from .silu_mul import silu_times
 
-__all__ = ["chain_kernel", "reset_kernel", "blocks_per_sm", "shared_bytes", "PHASE_FIELDS", "WARPS_PER_SM",
-           "WARP_CHOICES", "SLOTS", "RING", "RING_WORDS", "SHARED_PER_BLOCK", "STAGE_PASS",
-           "MAX_COLS", "MAX_K", "CHUNK_STRIDE", "PHASE_START", "STAGED", "ARRIVED"]
-
-#: Warps per SM of the GPU's grid at most (128 registers a thread fill the register file), and the
-#: warps a block may have (:func:`blocks_per_sm`: fewer where the rings fill the shared memory).
-WARPS_PER_SM, WARP_CHOICES = 16, (1, 2, 4, 8, 16)
-#: Indices of the phase stamps (``timed``): the block starts the phase (passed the barrier),
-#: has staged its activations, has stored its outputs and counted itself.
-PHASE_START, STAGED, ARRIVED = 0, 1, 2
-#: Weight copies (16 bytes) a lane makes an item; the most columns per lane a phase may take (a
-#: step is ``cols x unroll <= SLOTS`` copies, ``unroll`` a power of two).
-SLOTS, MAX_COLS = 4, 4
-#: Item slots of a warp's ring (``RING - 1`` in flight while one folds), and the ring words of one
-#: item slot (``SLOTS`` copies of 4 words for 32 lanes; its scales take a quarter as many more).
-RING, RING_WORDS = 4, SLOTS * 4 * 32
-#: The longest activation row the shared stage holds (15 KB a block).
-MAX_K = 6144
-#: Activation pieces (8 values) a thread loads before it stages any: a 4-warp block's longest
-#: row in one pass (6144 / 8 / 128).
-STAGE_PASS = 6
-#: Shared memory of an SM and the most a block may have (sm_90: 228 KB, 1 KB of it reserved per
-#: resident block; 227 KB).
-SHARED_PER_SM, SHARED_PER_BLOCK_RESERVED, SHARED_PER_BLOCK = 228 * 1024, 1024, 227 * 1024
-#: Words between two chunks' 16 staged words (the default tiling's conflict-free stride).
-CHUNK_STRIDE = 20
-#: Columns of the phase table: byte offset of the packed weights, element offset of the scales,
-#: K, N, bytes per packed column, scales per column, log2(block size / 32), activation offset,
-#: silu flag, bias offset (-1: none), output offset (all in ``acts`` elements), columns per lane,
-#: log2(chunks per step).
-PHASE_FIELDS = ("words", "scales", "K", "N", "row_bytes", "groups", "group_shift", "act", "silu", "bias",
-                "out", "cols", "unroll_shift")
+__all__ = ["chain_kernel", "reset_kernel"]
 
 _Z = uint32(0)
 _WAIT_RING = ASYNC_WAITS[RING - 1]
 
-
-def shared_bytes(warps: int) -> int:
-    """Dynamic shared memory of a block of ``warps`` warps (the launch passes it): the stage,
-    then the weight rings, then the scale rings, in uint32 words. Pure."""
-    return 4 * (MAX_K // 32 * CHUNK_STRIDE + warps * RING * RING_WORDS * 5 // 4)
-
-
-def blocks_per_sm(warps: int) -> int:
-    """Resident blocks of ``warps`` warps per SM: :data:`WARPS_PER_SM` warps at most, as many
-    as the shared memory holds. Pure."""
-    return min(WARPS_PER_SM // warps, SHARED_PER_SM // (shared_bytes(warps) + SHARED_PER_BLOCK_RESERVED))
 
 if SIMULATED:
     def _load_l2(array, i):
@@ -164,7 +126,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
     C, S, THREADS = MAX_COLS, SLOTS, 32 * warps
     bounds = {} if SIMULATED else {"launch_bounds": (THREADS, blocks_per_sm(warps))}
     ALIGN = None if SIMULATED else 16            # group reads as LDS.128
-    STAGE = MAX_K // 32 * CHUNK_STRIDE           # the staged row's words
+    STAGE = stage_words()                        # the staged row's words
     RING_AT = STAGE                              # the block's weight rings' first word
     SCALE_AT = STAGE + WARPS * RING * RING_WORDS  # and its scale rings' (shared_bytes' layout)
 
