@@ -97,14 +97,9 @@ else:
     from numba import types
     from numba.core.extending import intrinsic
 
-    from .void_asm import void_asm
+    from .inline_ptx import element_address, void_asm
 
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
-
-    def _address(context, builder, aryty, ary, idxty, idx):
-        ary = context.make_array(aryty)(context, builder, ary)
-        idx = context.cast(builder, idx, idxty, types.int64)
-        return builder.ptrtoint(builder.gep(ary.data, [idx]), _I64)
 
     def _copy(nbytes, cache):
         text = ("{ .reg .u64 s; cvta.to.shared.u64 s, $0; "
@@ -116,8 +111,8 @@ else:
 
             def codegen(context, builder, signature, args):
                 dt, di, st, si, vt = signature.args
-                d = _address(context, builder, dt, args[0], di, args[1])
-                s = _address(context, builder, st, args[2], si, args[3])
+                d = element_address(context, builder, dt, args[0], di, args[1])
+                s = element_address(context, builder, st, args[2], si, args[3])
                 ok = context.cast(builder, args[4], vt, types.boolean)
                 size = builder.select(ok, ir.Constant(_I32, nbytes), ir.Constant(_I32, 0))
                 asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64, _I64, _I32]), text,
@@ -145,8 +140,8 @@ else:
         ret = types.UniTuple(types.uint32, 4)
 
         def codegen(context, builder, signature, args):
-            address = _address(context, builder, signature.args[0], args[0], signature.args[1],
-                               args[1])
+            address = element_address(context, builder, signature.args[0], args[0], signature.args[1],
+                                      args[1])
             asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I64]),
                                "{ .reg .u64 s; cvta.to.shared.u64 s, $4; "
                                "ld.shared.v4.u32 {$0, $1, $2, $3}, [s]; }",

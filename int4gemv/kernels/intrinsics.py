@@ -118,7 +118,7 @@ else:
     from numba.core.extending import intrinsic
     from numba.cuda.libdevice import float_as_int, int_as_float  # noqa: F401
 
-    from .void_asm import void_asm
+    from .inline_ptx import void_asm
 
     _I32 = ir.IntType(32)
 

@@ -75,6 +75,8 @@ else:
     from numba import types
     from numba.core.extending import intrinsic
 
+    from .inline_ptx import element_address
+
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
     def _vector_load(count, op="ld.global.nc", coherent=False):
@@ -93,9 +95,7 @@ else:
 
             def codegen(context, builder, signature, args):
                 aryty, idxty = signature.args
-                ary = context.make_array(aryty)(context, builder, args[0])
-                idx = context.cast(builder, args[1], idxty, types.int64)
-                address = builder.ptrtoint(builder.gep(ary.data, [idx]), _I64)
+                address = element_address(context, builder, aryty, args[0], idxty, args[1])
                 returned = ir.LiteralStructType([_I32] * count) if count > 1 else _I32
                 asm = ir.InlineAsm(ir.FunctionType(returned, [_I64]),
                                    text, constraints, side_effect=coherent)
@@ -134,9 +134,7 @@ else:
 
         def codegen(context, builder, signature, args):
             aryty, idxty = signature.args
-            ary = context.make_array(aryty)(context, builder, args[0])
-            idx = context.cast(builder, args[1], idxty, types.int64)
-            address = builder.ptrtoint(builder.gep(ary.data, [idx]), _I64)
+            address = element_address(context, builder, aryty, args[0], idxty, args[1])
             asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64]),
                                "prefetch.global.L1 [$0];", "l", side_effect=True)
             builder.call(asm, [address])
