@@ -113,8 +113,8 @@ class PersistentChain(ChainStep):
             words, scales = words + w.N * row_bytes, scales + w.scales.size
         assert len(table[0]) == len(PHASE_FIELDS)
         self.packed = cuda.to_device(np.concatenate(word_parts))
-        scales = np.concatenate(scale_parts + [np.zeros(sum(p.size for p in scale_parts) % 2, np.float16)])
-        self.scales = cuda.to_device(scales.view(np.uint8))    # whole 4-byte words: copied by word
+        padded = np.concatenate(scale_parts + [np.zeros(scales % 2, np.float16)])  # `scales`: their count
+        self.scales = cuda.to_device(padded.view(np.uint8))    # whole 4-byte words: copied by word
         self.phases = cuda.to_device(np.array(table, np.int64))
         self.done = cuda.to_device(np.zeros(len(table) + 1, np.int32))   # + the timed-out barriers
         self.blocks, self.warps, self.lanes, self.split_phases = blocks, warps, lanes, split_phases
