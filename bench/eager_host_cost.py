@@ -97,7 +97,7 @@ def measure(calls=2000, repeats=40) -> dict:
     for kwargs in forms.values():
         ig.gemv(a, w, out=out, **kwargs)  # plan, bind and cache (on the simulator: runs it)
     for key, entry in list(pipeline.LAUNCHES.items()):
-        pipeline.LAUNCHES[key] = (_NoLaunch(),) + tuple(entry[1:])
+        pipeline.LAUNCHES[key] = (_NoLaunch().launch,) + tuple(entry[1:])
     noop = _NoLaunch()
 
     def prepared():  # what PreparedGemv.__call__ does around its launch

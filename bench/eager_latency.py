@@ -8,7 +8,7 @@ zero points, fp16), with torch tensors and with Numba device arrays, ``out`` giv
 * call forms (issue 22): ``gemv(tuning=None)`` (environment read at call time; unset here),
   ``gemv(variant="auto")``, ``gemv(tuning=Tuning(variant="auto"))``, ``gemv(tuning="auto")``,
   and ``prepare(...)()``, the floor of the call path (one bound launch);
-* floors: int4gemv's ctypes ``cuLaunchKernel`` of an empty kernel, Numba's own launch;
+* floors: int4gemv's ctypes ``cuLaunchKernelEx`` of an empty kernel, Numba's own launch;
 * peers (torch): torch's tinygemm INT4 (``_weight_int4pack_mm``) and ``torch.mv`` fp16.
 
 To time another checkout's package with this script (a before/after in one process set-up),
@@ -100,7 +100,7 @@ def measure(calls=500, rounds=7, runs=3, N=N, K=K) -> dict:
     x = cuda.device_array(1, np.float32)
     empty[1, 32](x)
     bound_empty = bind(empty, (x,), (1, 1, 1), (32, 1, 1))
-    paths = {"cuLaunchKernel, empty kernel (ctypes)": lambda: bound_empty.launch(0),
+    paths = {"cuLaunchKernelEx, empty kernel (ctypes)": lambda: bound_empty.launch(0),
              "Numba launch, empty kernel": lambda: empty[1, 32](x)}
     checks = {}
     for kind, (a, out) in arrays.items():

@@ -77,33 +77,29 @@ def gemv(a, w, *, bias=None, out=None, stream=None, tuning=None, variant=None, p
     Raises ``TypeError``/``ValueError`` naming the argument before any launch, and
     :class:`~int4gemv.backend.NoGPUError` when no GPU is usable and the simulator is not in use.
     """
-    environment = read_environment() if tuning is None else None  # one snapshot per call
+    # The eager hot path, written out here (each Python call costs about 0.1 µs): the launch key
+    # of pipeline.LAUNCHES and, on a hit, one driver launch. Unusual argument types leave the
+    # key None and take the full pipeline, which names them.
+    environment = how = None
+    if tuning is None:
+        environment = read_environment()  # one snapshot per call
+        if out is not None and pdl.__class__ is bool and prefetch.__class__ is bool and (
+                variant is None or variant.__class__ is str):
+            how = (variant, pdl, prefetch, environment)
+    elif out is not None and variant is None and pdl is False and prefetch is False:
+        how = id(tuning) if tuning.__class__ is Tuning else tuning if tuning.__class__ is str else None
     key = None
-    if out is not None:
-        # The eager hot path, written out here (each Python call costs about 0.1 µs): the launch
-        # key of pipeline.LAUNCHES and, on a hit, one driver launch.
-        # Unusual argument types leave key None and take the full pipeline, which names them.
-        if tuning is None:
-            if pdl.__class__ is bool and prefetch.__class__ is bool and (
-                    variant is None or variant.__class__ is str):
-                key = (variant, pdl, prefetch, environment)
-        elif variant is None and pdl is False and prefetch is False:
-            if tuning.__class__ is Tuning:
-                key = id(tuning)
-            elif tuning.__class__ is str:
-                key = tuning
-        if key is not None:
-            try:
-                key = (CALL_KEY_READERS.get(a.__class__) or call_key_reader(a))(
-                    a, out, bias, key, id(w))
-            except Exception:
-                key = None
-            hit = None if key is None else LAUNCHES.get(key)
-            if hit is not None:
-                if hit[1]:
-                    emit_warnings(hit[1])
-                hit[0].launch(0 if stream is None else stream_handle(stream))
-                return out
+    if how is not None:
+        try:
+            key = (CALL_KEY_READERS.get(a.__class__) or call_key_reader(a))(a, out, bias, how, id(w))
+        except Exception:
+            key = None
+        hit = LAUNCHES.get(key)
+        if hit is not None:
+            if hit[1]:
+                emit_warnings(hit[1])
+            hit[0](0 if stream is None else stream_handle(stream))
+            return out
     resolved = resolve_tuning(tuning, variant=variant, pdl=pdl, prefetch=prefetch,
                               environ=None if environment is None else dict(zip(ENV_VARS, environment)))
     call = validate(a, w, bias, out)

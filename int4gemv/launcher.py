@@ -4,7 +4,7 @@ A Numba launch from Python types every argument and packs it again on every call
 100 microseconds per call for these kernels, measured on the H200). :class:`BoundLaunch` does that work once for a fixed set of arguments: it keeps the
 kernel's ``CUfunction``, the launch geometry and a packed ``void**`` parameter block (Numba's
 kernel ABI: each array is ``meminfo, parent, nitems, itemsize, data, shape..., strides...``), and
-each call is a single ``cuLaunchKernel``, called through ctypes (a cuda.bindings call costs a few
+each call is a single ``cuLaunchKernelEx``, called through ctypes (a cuda.bindings call costs a few
 microseconds of argument conversion more). Errors name the call and the CUDA error code.
 A binding holds raw pointers and no references: the caller keeps the arrays alive and re-binds
 when any pointer, shape or stride changes.
@@ -20,7 +20,7 @@ import numpy as np
 
 from .device import simulated
 
-__all__ = ["bind", "BoundLaunch", "CudaCallError", "launch_config", "STATIC_SHARED_LIMIT"]
+__all__ = ["bind", "BoundLaunch", "CudaCallError", "launch_config", "STATIC_SHARED_LIMIT", "MAX_STREAMS"]
 
 
 class CudaCallError(RuntimeError):
@@ -62,6 +62,8 @@ _COOPERATIVE, _PROGRAMMATIC = 2, 6
 #: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``, and the dynamic shared memory a kernel
 #: gets without raising it (48 KB).
 _MAX_DYNAMIC_SHARED, STATIC_SHARED_LIMIT = 8, 48 * 1024
+#: Streams a :class:`BoundLaunch` keeps launch arguments for (past this, it starts afresh).
+MAX_STREAMS = 16
 
 
 class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute
@@ -75,51 +77,34 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
 
 
 def launch_config(grid, block, shared=0, programmatic=False, cooperative=False):
-    """``(CUlaunchConfig, its attribute array)`` for ``cuLaunchKernelEx`` with the programmatic
-    and cooperative attributes asked for (each set to 1), or ``(None, None)`` when neither is
-    (a plain ``cuLaunchKernel``). The caller keeps both alive; the stream is set at launch."""
+    """``(CUlaunchConfig, its attribute array)`` for ``cuLaunchKernelEx``, with the programmatic
+    and cooperative attributes asked for (each set to 1; none: a plain launch, the attribute
+    array empty). The config keeps its attribute array alive; the caller keeps the config alive
+    and sets its stream."""
     ids = [i for i, on in ((_PROGRAMMATIC, programmatic), (_COOPERATIVE, cooperative)) if on]
-    if not ids:
-        return None, None
     attributes = (_LaunchAttribute * len(ids))()
     for attribute, i in zip(attributes, ids):
         attribute.id, attribute.value[0] = i, 1
     config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), int(shared), None,
-                           ctypes.cast(attributes, ctypes.POINTER(_LaunchAttribute)), len(ids))
+                           ctypes.cast(attributes, ctypes.POINTER(_LaunchAttribute)) if ids else None,
+                           len(ids))
     return config, attributes
 
 
 def _driver_function(name):
-    """``cuLaunchKernel`` / ``cuLaunchKernelEx`` / ``cuFuncSetAttribute`` from the driver library. ``cuLaunchKernel``
-    has no ``argtypes``: :class:`BoundLaunch` passes every argument as a ctypes object of the C
-    parameter's type (converting 11 Python ints through ``argtypes`` on every launch costs
-    about 0.4 microseconds)."""
+    """``cuLaunchKernelEx`` / ``cuFuncSetAttribute`` from the driver library.
+    ``cuLaunchKernelEx`` has no ``argtypes``: :class:`BoundLaunch` passes its four arguments as
+    ctypes objects of the C parameters' types (a conversion through ``argtypes`` on every launch
+    costs about 0.2 microseconds; 11 arguments of ``cuLaunchKernel``, twice that)."""
     if not _LIBCUDA:
         lib = ctypes.CDLL("libcuda.so.1")
-        fn = lib.cuLaunchKernel
-        fn.restype = ctypes.c_int
         fx = lib.cuLaunchKernelEx
-        fx.argtypes = [ctypes.POINTER(_LaunchConfig)] + [ctypes.c_void_p] * 3
         fx.restype = ctypes.c_int
         fa = lib.cuFuncSetAttribute
         fa.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         fa.restype = ctypes.c_int
-        _LIBCUDA.update(cuLaunchKernel=fn, cuLaunchKernelEx=fx, cuFuncSetAttribute=fa)
+        _LIBCUDA.update(cuLaunchKernelEx=fx, cuFuncSetAttribute=fa)
     return _LIBCUDA[name]
-
-
-#: ``CUstream`` handles as ctypes objects, made once per handle (at most this many kept).
-_MAX_STREAMS = 64
-_streams = {}
-
-
-def _stream(handle: int):
-    s = _streams.get(handle)
-    if s is None:
-        if len(_streams) >= _MAX_STREAMS:
-            _streams.clear()
-        s = _streams[handle] = ctypes.c_void_p(handle)
-    return s
 
 
 def _error_name(code):
@@ -133,7 +118,7 @@ def _error_name(code):
 class BoundLaunch:
     """One kernel with fixed arguments and geometry; ``launch(stream_handle)`` runs it.
 
-    ``programmatic``: launch with programmatic stream serialization (``cuLaunchKernelEx``): the
+    ``programmatic``: launch with programmatic stream serialization: the
     kernel may start before the previous kernel in the stream has finished, so it must call
     ``griddepcontrol.wait`` before touching anything that kernel writes. ``cooperative``: a
     cooperative launch: every block of the grid is resident at once (the driver refuses a grid
@@ -141,7 +126,7 @@ class BoundLaunch:
     bytes; past :data:`STATIC_SHARED_LIMIT` the kernel's limit is raised to it once, here.
     """
 
-    __slots__ = ("_call", "_head", "_tail", "_params", "_values", "_config", "_attribute")
+    __slots__ = ("_call", "_function", "_geometry", "_params", "_values", "_by_stream")
 
     def __init__(self, dispatcher, args, grid, block, shared=0, programmatic=False, cooperative=False):
         from numba.cuda.typing.typeof import Purpose, typeof
@@ -160,27 +145,33 @@ class BoundLaunch:
             values += _array_params(a) if hasattr(a, "__cuda_array_interface__") else _scalar_param(a)
         self._values = values
         self._params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        self._config, self._attribute = launch_config(grid, block, shared, programmatic, cooperative)
-        if self._config is not None:
-            self._call = _driver_function("cuLaunchKernelEx")
-            self._head = (ctypes.byref(self._config), handle)
-        else:
-            self._call = _driver_function("cuLaunchKernel")
-            # cuLaunchKernel(CUfunction, 3 x grid, 3 x block, sharedMemBytes, hStream,
-            #                kernelParams, extra): every argument a ctypes object of its C type.
-            self._head = (ctypes.c_void_p(handle),
-                          *(ctypes.c_uint(int(v)) for v in (*grid, *block, shared)))
-        self._tail = (ctypes.c_void_p(ctypes.addressof(self._params)), None)
+        self._geometry = (grid, block, shared, programmatic, cooperative)
+        self._function = ctypes.c_void_p(handle)
+        self._call = _driver_function("cuLaunchKernelEx")
+        self._by_stream = {}
 
     def launch(self, stream_handle: int = 0):
-        if self._config is None:
-            err = self._call(*self._head, _stream(stream_handle), *self._tail)
-        else:
-            self._config.hStream = stream_handle
-            err = self._call(*self._head, *self._tail)
+        args = self._by_stream.get(stream_handle)
+        if args is None:
+            args = self._arguments(stream_handle)
+        err = self._call(*args)
         if err:
-            raise CudaCallError("cuLaunchKernelEx" if self._config else "cuLaunchKernel",
-                                _error_name(err))
+            raise CudaCallError("cuLaunchKernelEx", _error_name(err))
+
+    def _arguments(self, stream_handle):
+        """``cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+        void **extra)``'s arguments on stream ``stream_handle``, each a ctypes object of its C
+        type, made once per stream: a config of its own per stream, never written after, so
+        threads launching one binding on different streams do not race (at most
+        :data:`MAX_STREAMS` kept)."""
+        config, _ = launch_config(*self._geometry)  # the config keeps its attributes alive
+        config.hStream = stream_handle
+        if len(self._by_stream) >= MAX_STREAMS:
+            self._by_stream.clear()
+        # byref keeps the config alive as long as these arguments (a launch in flight included)
+        args = self._by_stream[stream_handle] = (ctypes.byref(config), self._function,
+                                                 ctypes.c_void_p(ctypes.addressof(self._params)), None)
+        return args
 
 
 class _NumbaLaunch:

@@ -44,7 +44,8 @@ __all__ = ["Call", "validate", "plan", "bind", "run_host", "check_options", "emi
 
 #: Bound launches kept by the launch cache (least recently stored dropped first).
 MAX_LAUNCHES = 256
-#: The launch cache: launch key -> ``(bound launch, warnings, tuning)``, oldest first. A launch
+#: The launch cache: launch key -> ``(launch, warnings, tuning)``, oldest first (``launch`` is the
+#: bound launch's ``launch`` method, called with the stream handle). A launch
 #: key is :func:`~.array_keys.call_key` ``(a, out, bias, how, id(w))``, one flat tuple: ``how``
 #: is the tuning as given (a :class:`~.tuning.Tuning` by identity, since hashing one is a
 #: Python call; its entry keeps it alive, so the identity cannot be reused while the entry
@@ -182,7 +183,7 @@ def remember(key, w, bound, messages=(), tuning=None):
     if ident not in _watched:
         _watched.add(ident)
         weakref.finalize(w, _forget_weight, ident)
-    LAUNCHES[key] = (bound, tuple(messages), tuning)
+    LAUNCHES[key] = (bound.launch, tuple(messages), tuning)
     while len(LAUNCHES) > MAX_LAUNCHES:
         del LAUNCHES[next(iter(LAUNCHES))]
 

@@ -144,8 +144,8 @@ def _bind_direct(environ):
 def read_environment() -> tuple:
     """The values of :data:`ENV_VARS` in ``os.environ`` now (``None`` when unset), as
     ``os.environ.get`` returns them: what a resolution reads. Called on every ``tuning=None``
-    call, so it reads ``os.environ``'s backing dict directly (four dict lookups) and decodes only
-    the variables that are set; ``os.environ`` replaced by another mapping is read with ``.get``."""
+    call, so it reads ``os.environ``'s backing dict directly (four membership tests when none is
+    set) and decodes only the variables that are set; ``os.environ`` replaced by another mapping is read with ``.get``."""
     environ = os.environ
     if environ is not _direct[0]:
         _bind_direct(environ)
@@ -154,11 +154,10 @@ def read_environment() -> tuple:
         get = environ.get
         return get(PRIMARY), get(LEGACY), get(COLS), get(UNROLL)
     k0, k1, k2, k3 = _direct[2]
-    raw = data.get(k0), data.get(k1), data.get(k2), data.get(k3)
-    if raw == _UNSET:
-        return _UNSET
+    if k0 not in data and k1 not in data and k2 not in data and k3 not in data:
+        return _UNSET  # the common case: four membership tests
     decode = environ.decodevalue
-    return tuple(None if v is None else decode(v) for v in raw)
+    return tuple(None if v is None else decode(v) for v in (data.get(k) for k in _direct[2]))
 
 
 def _choice(name, raw, accepted):
