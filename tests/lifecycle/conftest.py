@@ -4,7 +4,10 @@
 (default ``"0"``; e.g. ``LIFECYCLE_DEVICES=0,1`` on two GPUs). The real driver is skipped, with the
 reason printed, when ``NUMBA_ENABLE_CUDASIM=1`` (CUDA is then never initialized) or when
 ``numba.cuda.is_available()`` is false; ``LIFECYCLE_REQUIRE_GPU=1`` turns that skip into a failure.
-``two_devices`` needs two devices: the simulator has them, the real driver skips below two GPUs.
+``two_devices`` is parametrized over ``sim2`` (the simulator has two devices) and, only when
+``LIFECYCLE_DEVICES`` lists two or more ordinals, ``real2`` on devices 0 and 1: a one-GPU run
+collects no two-GPU test (nothing is skipped for want of a second card), and a run that names two
+GPUs where fewer are present skips them, or fails with ``LIFECYCLE_REQUIRE_GPU=1``.
 
 Each backend offers the same small workload vocabulary (device arrays, an ``add`` kernel launched
 on a stream, a forbidden allocation, an invalidating synchronize) so test bodies are driver-blind.
@@ -54,7 +57,7 @@ def require_real(devices_needed: int = 1, ordinal: int = 0) -> None:
                   f"found {real_device_count()}")
     if reason is None:
         return
-    if os.environ.get("LIFECYCLE_REQUIRE_GPU") == "1" and devices_needed == 1:
+    if os.environ.get("LIFECYCLE_REQUIRE_GPU") == "1":
         pytest.fail(f"LIFECYCLE_REQUIRE_GPU=1 but {reason}")
     print(f"SKIP real driver: {reason}")
     pytest.skip(reason)
@@ -64,7 +67,9 @@ def pytest_report_header(config):
     reason = real_unavailable_reason()
     devices = os.environ.get("LIFECYCLE_DEVICES", "0")
     if reason is None:
-        return f"lifecycle: drivers sim + real (devices {devices}; {real_device_count()} GPUs present)"
+        two = "with" if len(_ordinals()) >= 2 else "without (set LIFECYCLE_DEVICES=0,1 for them)"
+        return (f"lifecycle: drivers sim + real (devices {devices}; {real_device_count()} GPUs present), "
+                f"{two} the real two-GPU tests")
     return f"lifecycle: driver sim only; real driver skipped: {reason}"
 
 
@@ -258,10 +263,18 @@ class RealBackend(_Backend):
         return CudaAPIError
 
 
+def _ordinals():
+    return [int(d) for d in os.environ.get("LIFECYCLE_DEVICES", "0").split(",") if d.strip()]
+
+
 def _params():
-    ordinals = [int(d) for d in os.environ.get("LIFECYCLE_DEVICES", "0").split(",") if d.strip()]
     return [pytest.param(("sim", 0), id="sim")] + [
-        pytest.param(("real", d), id=f"real{d}", marks=pytest.mark.gpu) for d in ordinals]
+        pytest.param(("real", d), id=f"real{d}", marks=pytest.mark.gpu) for d in _ordinals()]
+
+
+def _two_device_params():
+    real = [pytest.param("real", id="real2", marks=pytest.mark.gpu)] if len(_ordinals()) >= 2 else []
+    return [pytest.param("sim", id="sim2")] + real
 
 
 @pytest.fixture(params=_params())
@@ -277,9 +290,10 @@ def backend(request):
         b.close()
 
 
-@pytest.fixture(params=[pytest.param("sim", id="sim2"), pytest.param("real", id="real2", marks=pytest.mark.gpu)])
+@pytest.fixture(params=_two_device_params())
 def two_devices(request):
-    """A backend whose calling thread is on device 0, with a device 1 available."""
+    """A backend whose calling thread is on device 0, with a device 1 available (the real driver
+    only where ``LIFECYCLE_DEVICES`` names two devices)."""
     if request.param == "real":
         require_real(devices_needed=2)
     b = SimBackend(device=0, devices=2) if request.param == "sim" else RealBackend(0)
