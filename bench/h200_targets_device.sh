@@ -21,8 +21,8 @@
 #           rows on gate/up, down and lm_head (the chooser, the tensor-core kernel, tinygemm).
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
-# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] bench/h200_targets_device.sh
-# (PROBES=0: call 2 without the probes of call 3)
+# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] [M1_ROWS=0] bench/h200_targets_device.sh
+# (PROBES=0: call 2 without the probes of call 3; M1_ROWS=0: call 1 without issue 19's rows)
 # (everything under $OUT ends in $OUT/h200-call<N>.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
@@ -46,9 +46,11 @@ if [ "$call" = 1 ]; then
         timeout "${EAGER_S:-40}" python3 -m bench.eager_latency --out "$out/eager$i" > "$out/eager$i.log" 2>&1
         echo "eager $i exit $?"; tail -3 "$out/eager$i.log"
     done
-    bench m1small --m 1 $small --variants default,single_warp,env
-    bench m1lm16 --m 1 $lm --formats 32,16,16+zp,32+zp --variants default,single_warp,env --no-tinygemm
-    bench m1lm64 --m 1 $lm --formats 32,64,64+zp,128,128+zp --variants default,env
+    if [ "${M1_ROWS:-1}" = 1 ]; then   # M1_ROWS=0: issue 22 alone
+        bench m1small --m 1 $small --variants default,single_warp,env
+        bench m1lm16 --m 1 $lm --formats 32,16,16+zp,32+zp --variants default,single_warp,env --no-tinygemm
+        bench m1lm64 --m 1 $lm --formats 32,64,64+zp,128,128+zp --variants default,env
+    fi
 elif [ "$call" = 2 ]; then
     bench small816 --m 8,16 $small --variants env,tensor_core
     bench small245 --m 2,4,5 $small --variants env
