@@ -39,7 +39,7 @@ if [ "$call" = 1 ]; then
     timeout "${TESTS_S:-170}" python3 -m pytest -v -rs --tb=short --durations=15 -p no:cacheprovider \
         -n "$workers" --dist loadgroup tests/lifecycle tests/test_call_path.py tests/test_api_validation.py \
         tests/test_prepared.py tests/test_rules.py tests/test_weights.py tests/test_ort_interop.py \
-        tests/test_eager_table.py > "$out/pytest-issue22.log" 2>&1
+        tests/test_eager_table.py tests/test_launcher.py > "$out/pytest-issue22.log" 2>&1
     echo "pytest exit $?"; grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$out/pytest-issue22.log" | tail -8
     for i in 1 2; do
         mkdir -p "$out/eager$i"
