@@ -85,7 +85,8 @@ def launch_config(grid, block, shared=0, programmatic=False, cooperative=False):
     attributes = (_LaunchAttribute * len(ids))()
     for attribute, i in zip(attributes, ids):
         attribute.id, attribute.value[0] = i, 1
-    config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), int(shared), None,
+    config = _LaunchConfig((ctypes.c_uint * 3)(*map(int, grid)), (ctypes.c_uint * 3)(*map(int, block)),
+                           int(shared), None,
                            ctypes.cast(attributes, ctypes.POINTER(_LaunchAttribute)) if ids else None,
                            len(ids))
     return config, attributes
