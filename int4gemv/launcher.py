@@ -93,7 +93,7 @@ def launch_config(grid, block, shared=0, programmatic=False, cooperative=False):
 
 
 def _driver_function(name):
-    """``cuLaunchKernelEx`` / ``cuFuncSetAttribute`` from the driver library.
+    """``cuLaunchKernelEx`` / ``cuKernelSetAttribute`` from the driver library.
     ``cuLaunchKernelEx`` has no ``argtypes``: :class:`BoundLaunch` passes its four arguments as
     ctypes objects of the C parameters' types (a conversion through ``argtypes`` on every launch
     costs about 0.2 microseconds; 11 arguments of ``cuLaunchKernel``, twice that)."""
@@ -101,10 +101,10 @@ def _driver_function(name):
         lib = ctypes.CDLL("libcuda.so.1")
         fx = lib.cuLaunchKernelEx
         fx.restype = ctypes.c_int
-        fa = lib.cuFuncSetAttribute
-        fa.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        fa = lib.cuKernelSetAttribute   # (attribute, value, CUkernel, CUdevice)
+        fa.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         fa.restype = ctypes.c_int
-        _LIBCUDA.update(cuLaunchKernelEx=fx, cuFuncSetAttribute=fa)
+        _LIBCUDA.update(cuLaunchKernelEx=fx, cuKernelSetAttribute=fa)
     return _LIBCUDA[name]
 
 
@@ -136,11 +136,13 @@ class BoundLaunch:
         kernel = dispatcher.overloads.get(sig)
         if kernel is None:
             kernel = dispatcher.compile(sig)
-        handle = int(kernel._codelibrary.get_cufunc().handle)
+        cufunc = kernel._codelibrary.get_cufunc()
+        handle = int(cufunc.handle)   # a CUkernel (Numba loads through cuLibrary*)
         if shared > STATIC_SHARED_LIMIT:   # past 48 KB the kernel must opt in to its dynamic size
-            err = _driver_function("cuFuncSetAttribute")(handle, _MAX_DYNAMIC_SHARED, int(shared))
+            err = _driver_function("cuKernelSetAttribute")(_MAX_DYNAMIC_SHARED, int(shared), handle,
+                                                           int(cufunc.device.id))
             if err:
-                raise CudaCallError("cuFuncSetAttribute", _error_name(err))
+                raise CudaCallError("cuKernelSetAttribute", _error_name(err))
         values = []
         for a in args:
             values += _array_params(a) if hasattr(a, "__cuda_array_interface__") else _scalar_param(a)
