@@ -1,15 +1,18 @@
 """Launching a compiled Numba kernel with its arguments bound once.
 
 A Numba launch from Python types every argument and packs it again on every call (about
-100 microseconds per call for these kernels, measured on the H200). :class:`BoundLaunch` does that work once for a fixed set of arguments: it keeps the
-kernel's ``CUfunction``, the launch geometry and a packed ``void**`` parameter block (Numba's
-kernel ABI: each array is ``meminfo, parent, nitems, itemsize, data, shape..., strides...``), and
-each call is a single ``cuLaunchKernelEx``, called through ctypes (a cuda.bindings call costs a few
-microseconds of argument conversion more). Errors name the call and the CUDA error code.
-A binding holds raw pointers and no references: the caller keeps the arrays alive and re-binds
-when any pointer, shape or stride changes.
+100 microseconds per call for these kernels, measured on the H200). :class:`BoundLaunch` does
+that work once for a fixed set of arguments: it keeps the kernel's handle (a ``CUkernel``: Numba
+loads modules through ``cuLibrary*``), the launch geometry and a packed ``void**`` parameter
+block (Numba's kernel ABI: each array is ``meminfo, parent, nitems, itemsize, data, shape...,
+strides...``), and each call is a single ``cuLaunchKernelEx``, called through ctypes with its
+four arguments prebuilt per stream (a cuda.bindings call costs a few microseconds of argument
+conversion more; moving from ``cuLaunchKernel``'s eleven arguments took 0.9–1.0 µs off a
+launch on an H100, sessions 20 and 24 of bench/NOTES.md).
+Errors name the call and the CUDA error code. A binding holds raw pointers and no references:
+the caller keeps the arrays alive and re-binds when any pointer, shape or stride changes.
 
-On Numba's simulator there is no CUfunction: :func:`bind` returns a launch through Numba.
+On Numba's simulator there is no kernel handle: :func:`bind` returns a launch through Numba.
 """
 
 from __future__ import annotations

@@ -145,7 +145,8 @@ def read_environment() -> tuple:
     """The values of :data:`ENV_VARS` in ``os.environ`` now (``None`` when unset), as
     ``os.environ.get`` returns them: what a resolution reads. Called on every ``tuning=None``
     call, so it reads ``os.environ``'s backing dict directly (four membership tests when none is
-    set) and decodes only the variables that are set; ``os.environ`` replaced by another mapping is read with ``.get``."""
+    set) and decodes only the variables that are set; ``os.environ`` replaced by another mapping
+    is read with ``.get``."""
     environ = os.environ
     if environ is not _direct[0]:
         _bind_direct(environ)
