@@ -8,7 +8,9 @@ zero points, fp16), with torch tensors and with Numba device arrays, ``out`` giv
 * call forms (issue 22): ``gemv(tuning=None)`` (environment read at call time; unset here),
   ``gemv(variant="auto")``, ``gemv(tuning=Tuning(variant="auto"))``, ``gemv(tuning="auto")``,
   and ``prepare(...)()``, the floor of the call path (one bound launch);
-* floors: int4gemv's ctypes ``cuLaunchKernelEx`` of an empty kernel, Numba's own launch;
+* floors: int4gemv's ctypes ``cuLaunchKernelEx`` of an empty kernel (one array argument) and of a
+  no-argument kernel, the same no-argument kernel through an 11-argument ``cuLaunchKernel`` (the
+  call it replaced), Numba's own launch;
 * peers (torch): torch's tinygemm INT4 (``_weight_int4pack_mm``) and ``torch.mv`` fp16.
 
 To time another checkout's package with this script (a before/after in one process set-up),
@@ -64,6 +66,26 @@ def _forms(ig, a, w, out):
     }
 
 
+def _eleven_argument_launch(kernel):
+    """A launch of the compiled no-argument ``kernel`` through ``cuLaunchKernel`` (function, grid,
+    block, shared bytes, stream, parameters, extra: eleven ctypes objects, prebuilt), the call every
+    int4gemv launch made before session 24, for a comparison in the same process with the
+    four-argument ``cuLaunchKernelEx`` that replaced it."""
+    import ctypes
+
+    call = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    call.restype = ctypes.c_int
+    (compiled,) = kernel.overloads.values()    # its one compilation (no arguments)
+    handle = int(compiled._codelibrary.get_cufunc().handle)
+    args = (ctypes.c_void_p(handle), *(ctypes.c_uint(v) for v in (1, 1, 1, 32, 1, 1, 0)),
+            ctypes.c_void_p(0), None, None)
+
+    def launch():
+        if call(*args):
+            raise RuntimeError("cuLaunchKernel failed")
+    return launch
+
+
 def measure(calls=500, rounds=7, runs=3, N=N, K=K) -> dict:
     """``{"rows": [...], "paths": {name: issue µs}, "profile": text}`` (see the module docstring)."""
     from numba import cuda
@@ -97,11 +119,22 @@ def measure(calls=500, rounds=7, runs=3, N=N, K=K) -> dict:
     def empty(x):
         pass
 
+    @cuda.jit
+    def nothing():
+        pass
+
     x = cuda.device_array(1, np.float32)
     empty[1, 32](x)
+    nothing[1, 32]()
     bound_empty = bind(empty, (x,), (1, 1, 1), (32, 1, 1))
+    bound_nothing = bind(nothing, (), (1, 1, 1), (32, 1, 1))
     paths = {"cuLaunchKernelEx, empty kernel (ctypes)": lambda: bound_empty.launch(0),
+             "cuLaunchKernelEx, no-argument kernel (ctypes)": lambda: bound_nothing.launch(0),
              "Numba launch, empty kernel": lambda: empty[1, 32](x)}
+    try:   # a comparison row: its failure is printed and the run goes on without it
+        paths["cuLaunchKernel (11 arguments), no-argument kernel (ctypes)"] = _eleven_argument_launch(nothing)
+    except Exception as exc:
+        print(f"no cuLaunchKernel comparison row: {type(exc).__name__}: {exc}")
     checks = {}
     for kind, (a, out) in arrays.items():
         for form, fn in _forms(ig, a, w, out).items():
