@@ -130,9 +130,11 @@ def probe_intrinsics():
                 lds16=lds16)
 
 
-def ptx_to_sass(py_func, sig, threads: int, blocks_per_sm: int, path: str) -> tuple:
+def ptx_to_sass(py_func, sig, threads: int, blocks_per_sm: int, path: str, hex: bool = False) -> tuple:
     """Offline (no GPU): ``py_func`` compiled to PTX here (compute_90), ``ptxas -arch=sm_90a -v``,
-    ``nvdisasm``; the listing written to ``path``. Returns ``(ptxas report lines, listing)``."""
+    ``nvdisasm`` (``-hex`` with ``hex``: each instruction's encoding, which
+    :func:`bench.sass_control.annotate` decodes); the listing written to ``path``. Returns
+    ``(ptxas report lines, listing)``."""
     import subprocess
     import tempfile
 
@@ -147,7 +149,8 @@ def ptx_to_sass(py_func, sig, threads: int, blocks_per_sm: int, path: str) -> tu
     r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", p, "-o", p + ".cubin"], capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(r.stderr[-3000:])
-    listing = subprocess.run(["nvdisasm", "-c", p + ".cubin"], capture_output=True, text=True).stdout
+    listing = subprocess.run(["nvdisasm"] + ["-hex"] * hex + ["-c", p + ".cubin"], capture_output=True,
+                             text=True).stdout
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         f.write(listing)

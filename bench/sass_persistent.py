@@ -8,7 +8,7 @@ the ``cp.async`` instructions (``LDGSTS``, the group commit ``LDGDEPBAR`` and th
 ``DEPBAR``) and every ``CALL`` (a 64-bit division or the slow path of a float division: ptxas
 waits for every load in flight before one); ``--sass`` writes the listing with each
 instruction's control code (:mod:`bench.sass_control`). Needs the tools :mod:`bench.offline_sass`
-names (``ptxas``, ``nvdisasm``, ``CUDA_HOME``); ``NUMBA_ENABLE_CUDASIM`` must be unset.
+names (``ptxas``, ``nvdisasm``, ``CUDA_HOME``; compiled by :func:`bench.probe_ptx.ptx_to_sass`); ``NUMBA_ENABLE_CUDASIM`` must be unset.
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ import argparse
 import collections
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 from bench.offline_sass import summarize
+from bench.probe_ptx import ptx_to_sass
 from bench.sass_control import annotate
 
 __all__ = ["main"]
 
 
-def _ptx(lanes, warps, timed):
+def _sass(lanes, warps, timed, path):
+    """``(ptxas report lines, nvdisasm -hex listing)`` of the kernel, the listing also at ``path``."""
     import numba.cuda.dispatcher as dispatcher
-    from numba import cuda, types
-    from numba.cuda.cudadrv import nvrtc
+    from numba import types
 
     from int4gemv.decode.persistent_kernel import chain_kernel
     from int4gemv.decode.persistent_layout import blocks_per_sm
@@ -38,14 +38,12 @@ def _ptx(lanes, warps, timed):
     class Hopper:   # what Numba asks of the current device while it types the kernel
         compute_capability = (9, 0)
 
-    nvrtc.get_arch_option = lambda major, minor: f"compute_{major}{minor}"
     dispatcher.get_current_device = Hopper
     u8, f16 = types.Array(types.uint8, 1, "C"), types.Array(types.float16, 1, "C")
     sig = (u8, u8, f16, types.Array(types.int64, 2, "C"), types.Array(types.int32, 1, "C"),
            types.int64, types.int64, types.Array(types.uint64, 3, "C"))
-    ptx, _ = cuda.compile_ptx(chain_kernel(lanes, warps, timed).py_func, sig, cc=(9, 0),
-                              launch_bounds=(32 * warps, blocks_per_sm(warps)))
-    return ptx
+    return ptx_to_sass(chain_kernel(lanes, warps, timed).py_func, sig, 32 * warps, blocks_per_sm(warps),
+                       path, hex=True)
 
 
 def main(argv=None) -> int:
@@ -59,16 +57,10 @@ def main(argv=None) -> int:
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         ap.error("NUMBA_ENABLE_CUDASIM is set: the simulator compiles nothing; unset it")
     with tempfile.TemporaryDirectory() as tmp:
-        ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-        with open(ptx, "w") as f:
-            f.write(_ptx(args.lanes, args.warps, args.timed))
-        r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", ptx, "-o", cubin],
-                           capture_output=True, text=True, check=True)
-        listing = subprocess.run([os.environ.get("NVDISASM", "nvdisasm"), "-hex", "-c", cubin],
-                                 capture_output=True, text=True, check=True).stdout
+        report, listing = _sass(args.lanes, args.warps, args.timed, os.path.join(tmp, "k.sass"))
     rows = annotate(listing)
     texts = [text for _, control, text in rows if control is not None]
-    info = " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores|\d+ bytes smem", r.stderr))
+    info = " ".join(re.findall(r"Used \d+ registers|\d+ bytes spill stores|\d+ bytes smem", "\n".join(report)))
     print(f"chain_kernel(lanes={args.lanes}, warps={args.warps}, timed={args.timed}): {info}")
     print("mix:", summarize(listing)["mix"])
     asyncs = collections.Counter(t.split()[0] for t in texts if re.match(r"(LDGSTS|LDGDEPBAR|DEPBAR)", t))

@@ -117,8 +117,9 @@ class KernelLaunch:
                  stamps=None, slot=0):
         self.kernel, self.args = kernel, args
         self.grid, self.block = _dims("grid", grid), _dims("block", block)
-        self.bound = bound_kernel(kernel, args, self.grid, self.block, shared=shared, programmatic=programmatic,
-                                  cooperative=cooperative, stamps=stamps, slot=slot)
+        self.bound = bound_kernel(kernel, args, self.grid, self.block, shared=shared,
+                                  programmatic=programmatic, cooperative=cooperative, stamps=stamps,
+                                  slot=slot)
 
     def __call__(self, stream=None):
         self.bound.launch(stream_handle(stream))

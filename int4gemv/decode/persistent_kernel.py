@@ -168,6 +168,11 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         return (min(g * P * cols + q + c * P, N - 1), min(j, K32 - 1), c < cols and j < K32)
 
     @cuda.jit(device=True, inline=True)
+    def scale_index(f, n, j):
+        """The index of column ``n``'s scale for chunk ``j`` in the phase's scales."""
+        return f[1] + n * f[5] + (j >> f[6])
+
+    @cuda.jit(device=True, inline=True)
     def issue(packed, scale_bytes, f, i, steps, gw, G, s, q, smem, at):
         """Item ``i``'s weight and scale copies into ring slot ``at`` (group ``gw + (i // steps)
         G``, step ``i % steps``); the caller commits them as one group."""
@@ -175,7 +180,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
         g = gw + r * G
         for k in range(S):
             n, j, valid = slot_of(f, g, st, s, q, k)
-            e = f[1] + n * f[5] + (j >> f[6])
+            e = scale_index(f, n, j)
             cp_async16(smem, RING_AT + at + uint32(128 * k), packed, f[0] + n * f[4] + 16 * j, valid)
             cp_async4(smem, SCALE_AT + (at >> uint32(2)) + uint32(32 * k), scale_bytes, 4 * (e >> 1), valid)
 
@@ -188,7 +193,7 @@ def chain_kernel(lanes: int = 32, warps: int = 4, timed: bool = False):
             if valid:
                 w = load16_shared(smem, RING_AT + at + uint32(128 * k))
                 sw = smem[SCALE_AT + (at >> uint32(2)) + uint32(32 * k)]
-                e = f[1] + n * f[5] + (j >> f[6])
+                e = scale_index(f, n, j)
                 b = uint32(CHUNK_STRIDE) * uint32(j)     # unsigned: no negative-index wrap
                 x0, x1 = _words(smem, b), _words(smem, b + uint32(4))
                 x2, x3 = _words(smem, b + uint32(8)), _words(smem, b + uint32(12))
