@@ -175,9 +175,10 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
         ok = peer.check()
         t = peer.time(timer, replays=args.replays)
         floor = t.us
-        rows.append(result_row("floor", "stream", label, N, K, None, bs, zp, None, us=t.us, p10_us=t.p10_us,
-                         p90_us=t.p90_us, floor_us=t.us, pct_floor=100.0, pct_copy=pct(nbytes, t.us),
-                         ok=ok, kernel=f"stream {config}", copies=copies, bytes=nbytes))
+        floor_row = result_row("floor", "stream", label, N, K, None, bs, zp, None, us=t.us, p10_us=t.p10_us,
+                               p90_us=t.p90_us, floor_us=t.us, pct_floor=100.0, pct_copy=pct(nbytes, t.us),
+                               ok=ok, kernel=f"stream {config}", copies=copies, bytes=nbytes)
+        rows.append(floor_row)
         save()
         print(f"floor   {label:8} bs{bs:3d} zp{int(zp)} {t.us:8.2f} us  {config}  checksum {'ok' if ok else 'WRONG'}",
               flush=True)
@@ -204,6 +205,11 @@ def _run_gpu(plan, variants, args, checkpoint) -> dict:
                                       (label, N, K, bs, zp, dtype, nbytes, pct)))
                     save()
                 del a, out, ref
+        # the floor again after the shape's rows: its drift bounds how far the card's state moved
+        # while they were timed (their ratios use the first floor)
+        floor_row["floor_end_us"] = end = peer.time(timer, replays=args.replays).us
+        save()
+        print(f"floor   {label:8} bs{bs:3d} zp{int(zp)} {end:8.2f} us at the end ({end / floor - 1:+.1%})", flush=True)
         del packed, scales, zps, w16, peer, keep
         torch.cuda.empty_cache()
     return {"timed": True, "rows": rows, "skipped": skipped, "copy_bandwidth_gbs": bw / 1e9,
