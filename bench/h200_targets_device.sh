@@ -29,8 +29,8 @@ out=${OUT:?set OUT to the folder for logs and results}
 call=${CALL:?set CALL to 1, 2, 3, 4, 5, 6 or 7}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
-# the card's clocks, power and throttle reasons every 0.5 s for the whole call (session 25: two
-# rows of one kernel in one process differed by 20 % on the H200 in session 23: the card's state?)
+# the card's clocks, power and clock-event reasons every 0.5 s for the whole call (added in
+# session 25: two rows of one kernel in one process differed by 20 % on the H200 in session 23)
 sampler=$(nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
     --format=csv -lms 500 > "$out/gpu-state.csv" 2>&1 & echo $!)   # not a job: `wait` skips it
 trap 'kill $sampler 2>/dev/null' EXIT
