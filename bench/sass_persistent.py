@@ -7,8 +7,9 @@ Prints ``ptxas -v``'s registers, spills and shared memory, the static instructio
 the ``cp.async`` instructions (``LDGSTS``, the group commit ``LDGDEPBAR`` and the group waits
 ``DEPBAR``) and every ``CALL`` (a 64-bit division or the slow path of a float division: ptxas
 waits for every load in flight before one); ``--sass`` writes the listing with each
-instruction's control code (:mod:`bench.sass_control`). Needs the tools :mod:`bench.offline_sass`
-names (``ptxas``, ``nvdisasm``, ``CUDA_HOME``; compiled by :func:`bench.probe_ptx.ptx_to_sass`); ``NUMBA_ENABLE_CUDASIM`` must be unset.
+instruction's control code (:mod:`bench.sass_control`). Compiled by
+:func:`bench.probe_ptx.ptx_to_sass`, with the tools :mod:`bench.offline_sass` names (``ptxas``,
+``nvdisasm``, ``CUDA_HOME``); ``NUMBA_ENABLE_CUDASIM`` must be unset.
 """
 
 from __future__ import annotations

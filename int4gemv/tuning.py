@@ -158,7 +158,8 @@ def read_environment() -> tuple:
     if k0 not in data and k1 not in data and k2 not in data and k3 not in data:
         return _UNSET  # the common case: four membership tests
     decode = environ.decodevalue
-    return tuple(None if v is None else decode(v) for v in (data.get(k) for k in _direct[2]))
+    raw = data.get(k0), data.get(k1), data.get(k2), data.get(k3)
+    return tuple(None if v is None else decode(v) for v in raw)
 
 
 def _choice(name, raw, accepted):
