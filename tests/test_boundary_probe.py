@@ -1,0 +1,47 @@
+"""bench.boundary_probe (issue 21's boundary probe): every mode computes the chain bit for bit,
+on the simulator at tiny shapes and on a GPU at the probe's own size, and a consumer polling its
+input gives up and says so when the input never comes."""
+
+import numpy as np
+import pytest
+
+from bench.boundary_probe import MODES, ProbeChain, reference
+from int4gemv.device import simulated
+
+
+def _run(chain, order=None):
+    for n in order if order is not None else range(chain.kernels + 1):
+        chain.issue(n)
+    if not simulated():
+        from numba import cuda
+        cuda.synchronize()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_matches_numpy_bit_for_bit(mode):
+    big = not simulated()
+    chain = ProbeChain(mode, kernels=16 if big else 3, blocks=528 if big else 3, loads=2, K=2048 if big else 24)
+    _run(chain)
+    chain.check()
+    chain.xs.copy_to_device(np.zeros(chain.xs.shape, np.float16))  # a rerun rewrites every row
+    chain.xs[0].copy_to_device(chain.x0)
+    _run(chain)
+    chain.check()
+
+
+def test_reference_is_the_recurrence():
+    x0 = np.array([1.0, 2.0, 0.5, 4.0], np.float16)
+    np.testing.assert_array_equal(reference(x0, 1), np.array([1.25, 0.5, 2.25, 0.75], np.float16))
+    np.testing.assert_array_equal(reference(x0, 2), reference(reference(x0, 1), 1))
+
+
+@pytest.mark.parametrize("mode", ["count", "words"])
+def test_a_consumer_whose_input_never_comes_gives_up_and_counts_it(mode):
+    """Kernel 1 issued before kernel 0 finds its input missing (sentinels / a zero count) and
+    kernel 0 cannot start before it ends, so it must give up and count that, not read garbage
+    (a few seconds of polls on a GPU)."""
+    chain = ProbeChain(mode, kernels=2, blocks=2, loads=0, K=16)
+    _run(chain, order=[0, 2, 1])
+    with pytest.raises(AssertionError, match="gave up|differ"):
+        chain.check()
+    assert int(chain.count.copy_to_host()[-1]) > 0
