@@ -68,20 +68,24 @@ def probe_kernel(mode: str, loads: int):
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
     PROGRAMMATIC, R = mode != "stream", int(loads)
+    HELD = max(R, 1)   # a constant shape for the weight registers
+    GRID_WAIT, COUNT, WORDS = mode == "pdl", mode == "count", mode == "words"
 
     @cuda.jit
     def kernel(src, dst, weights, count, i):
         t, b, G = uint32(cuda.threadIdx.x), uint32(cuda.blockIdx.x), uint32(cuda.gridDim.x)
         if PROGRAMMATIC:
             allow_next_grid()
-        held = cuda.local.array((max(R, 1), 4), uint32)
+        held = cuda.local.array((HELD, 4), uint32)
         for r in range(R):   # every weight load in flight before the wait
+            if i < 0:   # never; a branch, so that ptxas keeps the wait after the loads
+                break
             w = load16(weights, uint32(4) * (b * uint32(THREADS) + t + uint32(r) * G * uint32(THREADS)))
             for e in range(4):
                 held[r, e] = w[e]
-        if mode == "pdl":
+        if GRID_WAIT:
             wait_for_previous_grid()
-        if mode == "count":
+        if COUNT:
             if t == 0 and i > 0:
                 spins = 0
                 while load_volatile(count, i - 1)[0] < G and spins < SPIN_LIMIT:
@@ -95,7 +99,7 @@ def probe_kernel(mode: str, loads: int):
             for e in range(4):
                 hashed ^= held[r, e]
         K = uint32(dst.shape[0])
-        if mode == "words":   # all of x_i present before any output, as a GEMV needs
+        if WORDS:   # all of x_i present before any output, as a GEMV needs
             for q in range(t, K // uint32(8), uint32(THREADS)):
                 spins = 0
                 while _has_sentinel(load16_l2(src, uint32(4) * q)) and spins < SPIN_LIMIT:
@@ -116,7 +120,7 @@ def probe_kernel(mode: str, loads: int):
                     if hashed == uint32(1) or total < float32(0.0):  # never (zero weights, x > 0)
                         y += float32(1.0)
                     dst[j] = y
-        if mode == "count":
+        if COUNT:
             cuda.syncthreads()
             if t == 0:
                 cuda.threadfence()
