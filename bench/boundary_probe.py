@@ -18,7 +18,7 @@ waits, as the chain's GEMVs do; folded into a value that never fires) and writin
   stores; thread 0 of each block of ``i`` polls it up to ``G`` (volatile reads, then one acquire);
 * ``words`` — self-validating words: every ``x_i`` (``i ≥ 1``) is first filled with the sentinel
   ``0xFFFF`` (a NaN no conversion stores), and each thread of kernel ``i`` re-reads
-  (``ld.global.cg``, 16 bytes) its words of ``x_i`` until no half of them is the sentinel: no
+  (``ld.volatile.global``, 16 bytes) its words of ``x_i`` until no half of them is the sentinel: no
   fence, no counter, no wait for the whole grid.
 
 Every replay first runs one ordinary fill kernel (sentinels, counters to 0), then the ``L``
@@ -37,27 +37,16 @@ from pathlib import Path
 import numpy as np
 from numba import cuda, float32, uint32
 
-from int4gemv.decode.grid_barrier import SPIN_LIMIT
 from int4gemv.decode.launches import bound_kernel
+from int4gemv.kernels.handoff import SPIN_LIMIT, has_sentinel
 from int4gemv.kernels.intrinsics import allow_next_grid, wait_for_previous_grid
 from int4gemv.kernels.nibble_pairs import half_high, half_low
-from int4gemv.kernels.vector_loads import load16, load16_l2, load_acquire, load_volatile
+from int4gemv.kernels.vector_loads import load16, load16_l2, load16_volatile, load_acquire, load_volatile
 
 __all__ = ["MODES", "probe_kernel", "fill_kernel", "ProbeChain", "reference", "measure", "main"]
 
 MODES = ("stream", "pdl", "count", "words")
 THREADS = 128
-SENTINEL = np.uint16(0xFFFF)
-_S16, _LOW16 = np.uint32(16), np.uint32(0xFFFF)
-
-
-@cuda.jit(device=True, inline=True)
-def _has_sentinel(v):
-    """Whether any of the 8 halves in the four uint32 words ``v`` is the sentinel 0xFFFF."""
-    found = False
-    for e in range(4):
-        found = found or (v[e] & _LOW16) == _LOW16 or (v[e] >> _S16) == _LOW16
-    return found
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,7 +91,7 @@ def probe_kernel(mode: str, loads: int):
         if WORDS:   # all of x_i present before any output, as a GEMV needs
             for q in range(t, K // uint32(8), uint32(THREADS)):
                 spins = 0
-                while _has_sentinel(load16_l2(src, uint32(4) * q)) and spins < SPIN_LIMIT:
+                while has_sentinel(load16_volatile(src, uint32(4) * q)) and spins < SPIN_LIMIT:
                     spins += 1
                 if spins == SPIN_LIMIT:
                     cuda.atomic.add(count, count.shape[0] - 1, uint32(1))

@@ -1,10 +1,11 @@
-"""The decode-chain bench's configurations: ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP]``,
+"""The decode-chain bench's configurations: ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP][:handoff=words]``,
 or ``persistent:[warps=W]`` (the persistent chain with ``W`` warps a block, default 16).
 
 ``bps``: grid cap in blocks per SM; ``silu``: silu·mul as a programmatic launch or not (default
 as the tuning), or ``fused`` into the split-K down kernel; ``KIND=CxU``: that GEMV kind on the
 single-warp kernel at that shape (``s``/``r``: streamed or register activations); ``down=CxUkP``:
-the split-K down kernel, ``P`` column warps per K chunk. Pure functions: no GPU work.
+the split-K down kernel, ``P`` column warps per K chunk; ``handoff=words``: the GEMVs poll their
+activations for sentinels instead of waiting for the previous grid. Pure functions: no GPU work.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def parse_config(text: str) -> dict:
         raise ValueError(f"configuration {text!r}: expected layout:tuning with layout in {LAYOUTS} "
                          f"and tuning in {TUNINGS}")
     cfg = dict(layout=layout, tuning=tuning, blocks_per_sm=None, silu_pdl=None, kind_tunings={}, label=tuning,
-               down_split=None, fuse_silu=False)
+               down_split=None, fuse_silu=False, handoff="grid")
     if layout == "persistent":   # persistent:[warps=W]
         warps = re.fullmatch(r"(?:warps=(\d+))?", tuning)
         if warps is None or extras:
@@ -48,12 +49,14 @@ def parse_config(text: str) -> dict:
             cfg["fuse_silu"] = True
         elif key == "down" and split:
             cfg["down_split"] = dict(cols=int(split[1]), unroll=int(split[2]), col_warps=int(split[3]))
+        elif key == "handoff" and value == "words":
+            cfg["handoff"] = "words"
         elif key in GEMV_KINDS and shape:
             cfg["kind_tunings"][key] = dict(cols=int(shape[1]), unroll=int(shape[2]),
                                             activations={"s": "streaming", "r": "registers"}.get(shape[3]))
         else:
             raise ValueError(f"configuration {text!r}: unknown option {e!r} (bps=N, silu=pdl|plain|fused, "
-                             f"KIND=CxU[s|r] with KIND in {GEMV_KINDS}, down=CxUkP)")
+                             f"KIND=CxU[s|r] with KIND in {GEMV_KINDS}, down=CxUkP, handoff=words)")
         cfg["label"] += f" {e}"
     if cfg["fuse_silu"] and cfg["down_split"] is None:
         raise ValueError(f"configuration {text!r}: silu=fused needs down=CxUkP (the split-K down kernel)")
@@ -77,4 +80,5 @@ def chain_options(cfg) -> dict:
 
     return dict(merged=cfg["layout"] == "merged", tuning=cfg["tuning"], blocks_per_sm=cfg["blocks_per_sm"],
                 silu_pdl=cfg["silu_pdl"], kind_tunings=kind_tunings(cfg), fuse_silu=cfg["fuse_silu"],
+                handoff=cfg["handoff"],
                 down_split=None if cfg["down_split"] is None else SplitK(**cfg["down_split"]))

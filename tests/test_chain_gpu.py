@@ -99,6 +99,31 @@ def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, m
     assert _released(provider)
 
 
+@pytest.mark.xdist_group("full_chain_races")
+@pytest.mark.parametrize("merged", [True, False], ids=["merged", "separate"])
+def test_words_handoff_is_the_grid_chain_bit_for_bit_and_race_free(full_chain, provider, rng, merged):
+    """``handoff="words"``: every GEMV polls its activations for sentinels instead of waiting for
+    the previous grid; the logits equal the waiting chain's bit for bit, eagerly and over
+    :data:`RACE_RUNS` replays of its owned graph with fresh inputs (each replay's fill resets
+    the vectors the previous one wrote)."""
+    shape, layers, lm_head, x, ref = full_chain
+    options = dict(merged=merged, tuning="default+pdl", down_split=SplitK(4, 4, 4), fuse_silu=True)
+    words = DecodeChain(layers, lm_head, handoff="words", **options)
+    grid = DecodeChain(layers, lm_head, **options)
+    eager = words.run(x)
+    np.testing.assert_array_equal(eager, grid.run(x))
+    assert relative_error(eager, ref) < tolerance(shape.layers)
+    graph = words.capture(provider, 4, x)
+    mismatched = []
+    for i in range(RACE_RUNS):
+        xi = rng.standard_normal(shape.hidden).astype(np.float16)
+        if not np.array_equal(graph(xi), grid.run(xi)):
+            mismatched.append(i)
+    graph.release()
+    assert mismatched == [], f"{len(mismatched)} of {RACE_RUNS} replays differ from the grid chain"
+    assert _released(provider)
+
+
 @pytest.mark.xdist_group("full_chain_persistent")
 def test_persistent_chain_experiment_is_correct_and_race_free(full_chain, provider, rng):
     """The experimental persistent kernel: float64, owned graph vs eager, 1000 fresh inputs."""

@@ -12,7 +12,8 @@ from int4gemv.kernels.half2 import (NO_ZP_HIGH, NO_ZP_LOW, dequant8, offset_pair
                                     zero_point_constants)
 from int4gemv.kernels.intrinsics import (and_or, bf16_bits, float_as_int, int_as_float, pack_half2,
                                         prefetch_l2)
-from int4gemv.kernels.vector_loads import load4, load8, load16, load_acquire, load_volatile, prefetch_l1
+from int4gemv.kernels.vector_loads import (load4, load8, load16, load16_volatile, load_acquire, load_volatile,
+                                           prefetch_l1)
 
 LANES = 32
 
@@ -262,3 +263,20 @@ def test_flag_reads_return_each_element_as_uint32(rng):
     out = cuda.to_device(np.zeros((2, LANES), np.uint32))
     _volatile_kernel[1, LANES](cuda.to_device(flags), out)
     np.testing.assert_array_equal(out.copy_to_host(), np.stack([flags.view(np.uint32)] * 2))
+
+
+@cuda.jit
+def _volatile16_kernel(halves, out):
+    i = cuda.grid(1)
+    if 8 * i < halves.shape[0]:
+        v = load16_volatile(halves, 8 * i)
+        for e in range(4):
+            out[4 * i + e] = v[e]
+
+
+def test_a_volatile_16_byte_read_returns_the_eight_halves_it_starts_at(rng):
+    # the chain's sentinel poll (kernels.handoff): halves 8i .. 8i + 7 as four little-endian uint32
+    halves = rng.integers(0, 2**16, 8 * LANES, dtype=np.int64).astype(np.uint16)
+    out = cuda.to_device(np.zeros(4 * LANES, np.uint32))
+    _volatile16_kernel[1, LANES](cuda.to_device(halves), out)
+    np.testing.assert_array_equal(out.copy_to_host(), halves.view(np.uint32))

@@ -29,6 +29,7 @@ from numba import cuda
 
 from ..backend import require_gpu
 from ..device import device_facts
+from ..kernels.handoff import fill_kernel
 from ..tuning import Tuning
 from .launches import GemvLaunch, KernelLaunch
 from .model import check_chain
@@ -37,12 +38,16 @@ from .split_k import SplitK, SplitKLaunch
 from .stamps import stamp_buffer
 from .step import ChainStep
 
-__all__ = ["DecodeChain", "TUNINGS", "GEMV_KINDS", "launch_options"]
+__all__ = ["DecodeChain", "TUNINGS", "GEMV_KINDS", "HANDOFFS", "launch_options"]
 
 #: Chain tunings: a GEMV variant, optionally as programmatic dependent launches (``+pdl``), and
 #: with each single-warp kernel's weights prefetched into L2 before its wait (``+l2``).
 TUNINGS = ("default", "single_warp", "auto", "default+pdl", "single_warp+pdl", "auto+pdl",
            "single_warp+pdl+l2", "auto+pdl+l2")
+#: How a chain kernel learns that its input is complete (see :class:`DecodeChain`).
+HANDOFFS = ("grid", "words")
+#: The sentinel fill's geometry (``handoff="words"``): a grid-stride loop over the arena.
+FILL_GRID, FILL_BLOCK = 264, 256
 #: The GEMV kinds each layout launches, in step order.
 LAYOUT_KINDS = {"merged": ("qkv", "o", "gate_up", "down", "lm_head"),
                 "separate": ("q", "k", "v", "o", "gate", "up", "down", "lm_head")}
@@ -106,11 +111,18 @@ class DecodeChain(ChainStep):
     fuse_silu : bool
         With ``down_split``: no silu·mul launch; down computes ``silu(g)·u`` from the gate/up
         output as it stages its activations (the same fp16 values). A layer is one launch less.
+    handoff : str
+        How a kernel learns that its input is complete: ``"grid"`` (``griddepcontrol.wait`` with
+        a ``+pdl`` tuning, stream order without) or ``"words"`` (:mod:`int4gemv.kernels.handoff`:
+        every vector of the step in an arena of its own, filled with sentinels by one more launch
+        at the step's start, and every GEMV polls its activations instead of waiting; needs a
+        ``+pdl`` tuning, ``fuse_silu`` and no ``kind_tunings``).
 
     Attributes
     ----------
     x, logits
-        The input (fp16 ``[hidden]``, overwritten by the residual stream) and the output.
+        The input (fp16 ``[hidden]``; with ``handoff="grid"`` overwritten by the residual
+        stream) and the output.
     launches, weight_bytes
         Kernel launches per step; INT4 weights + scales + zero points read per step.
     kernels
@@ -121,7 +133,7 @@ class DecodeChain(ChainStep):
 
     def __init__(self, layers, lm_head, *, merged: bool = True, tuning: str = "auto",
                  blocks_per_sm=None, timeline: bool = False, silu_pdl=None, kind_tunings=None,
-                 down_split=None, fuse_silu: bool = False):
+                 down_split=None, fuse_silu: bool = False, handoff: str = "grid"):
         for name, v in (("merged", merged), ("timeline", timeline), ("fuse_silu", fuse_silu)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
@@ -136,6 +148,12 @@ class DecodeChain(ChainStep):
         if fuse_silu and down_split is None:
             raise ValueError("fuse_silu needs down_split (only the split-K down kernel computes silu(g)·u)")
         self.down_split, self.fuse_silu = down_split, fuse_silu
+        if handoff not in HANDOFFS:
+            raise ValueError(f"handoff must be one of {HANDOFFS}; got {handoff!r}")
+        if handoff == "words" and not (tuning.endswith("+pdl") and fuse_silu and not self.kind_tunings):
+            raise ValueError("handoff='words' needs a +pdl tuning of the default or auto variant, "
+                             "fuse_silu=True (with down_split) and no kind_tunings")
+        self.handoff = handoff
         unused = set(self.kind_tunings) - set(LAYOUT_KINDS["merged" if merged else "separate"])
         if unused:
             raise ValueError(f"kind_tunings names {sorted(unused)}, which the "
@@ -152,6 +170,7 @@ class DecodeChain(ChainStep):
         self.gu = cuda.device_array(2 * I, np.float16)
         self.logits = cuda.device_array(lm_head.N, np.float16)
         check_silu_mul(self.gu, self.m)
+        self.arena, self._vectors = self._layer_vectors()
         specs = self._specs()
         self.kernels = tuple((name, layer, nbytes) for name, layer, nbytes, _ in specs)
         self.stamps = None
@@ -163,17 +182,37 @@ class DecodeChain(ChainStep):
         self.launches = len(ops)
         self.weight_bytes = lm_head.nbytes + sum(getattr(x, p).nbytes for x in layers for p in PROJECTIONS)
 
+    def _layer_vectors(self):
+        """``(arena, vectors)``: per layer ``(x, qkv, h, gu, next x)``. ``"grid"``: the chain's
+        one set of buffers for every layer (no arena); ``"words"``: each layer's own views of
+        one fp16 arena (each 16-byte aligned), which the step's first launch fills."""
+        if self.handoff == "grid":
+            return None, [(self.x, self.qkv, self.h, self.gu, self.x)] * len(self.layers)
+        sizes = (self.q_dim + 2 * self.kv_dim, self.hidden, 2 * self.intermediate, self.hidden)
+        padded = [-(-n // 8) * 8 for n in sizes]
+        arena = cuda.device_array(len(self.layers) * sum(padded), np.float16)
+        vectors, start, x = [], 0, self.x
+        for _ in self.layers:
+            views = []
+            for n, room in zip(sizes, padded):
+                views.append(arena[start:start + n])
+                start += room
+            vectors.append((x, *views))
+            x = views[-1]
+        return arena, vectors
+
     def _specs(self) -> list:
         """``(name, layer, weight_bytes, make)`` per launch; ``make(stamps, slot)`` binds it."""
         Q, KV, I = self.q_dim, self.kv_dim, self.intermediate
         max_blocks = None if self.blocks_per_sm is None else self.blocks_per_sm * device_facts()[1]
-        q = self.qkv[:Q]
+        words = self.handoff == "words"
 
         def gemv(name, layer, a, w, out, bias=None):
             tuning = self.kind_tunings.get(name)
             options = None if tuning is not None else self.options
             return (name, layer, w.nbytes, lambda stamps, slot: GemvLaunch(
-                a, w, out, bias, options=options, tuning=tuning, max_blocks=max_blocks, stamps=stamps, slot=slot))
+                a, w, out, bias, options=options, tuning=tuning, max_blocks=max_blocks, stamps=stamps,
+                slot=slot, words=words))
 
         grid, block = silu_mul_geometry(I)
         kernel = silu_mul_kernel(self.silu_pdl)
@@ -182,30 +221,35 @@ class DecodeChain(ChainStep):
             return ("silu_mul", layer, 0, lambda stamps, slot: KernelLaunch(
                 kernel, grid, block, self.gu, self.m, programmatic=self.silu_pdl, stamps=stamps, slot=slot))
 
-        def down(i, layer):
+        def down(i, layer, gu, h, x_next):
             if self.down_split is None:
-                return gemv("down", i, self.m, layer.down, self.x, bias=self.h)
+                return gemv("down", i, self.m, layer.down, x_next, bias=h)
             return ("down", i, layer.down.nbytes, lambda stamps, slot: SplitKLaunch(
-                self.gu if self.fuse_silu else self.m, layer.down, self.x, self.h, shape=self.down_split,
-                fused=self.fuse_silu, pdl=self.options["pdl"], max_blocks=max_blocks, stamps=stamps, slot=slot))
+                gu if self.fuse_silu else self.m, layer.down, x_next, h, shape=self.down_split,
+                fused=self.fuse_silu, pdl=self.options["pdl"], words=words, max_blocks=max_blocks,
+                stamps=stamps, slot=slot))
 
         specs = []
-        for i, layer in enumerate(self.layers):
+        if words:
+            arena = self.arena.view(np.uint32)
+            specs.append(("fill", -1, 0, lambda stamps, slot: KernelLaunch(
+                fill_kernel, FILL_GRID, FILL_BLOCK, arena, stamps=stamps, slot=slot)))
+        for i, (layer, (x, qkv, h, gu, x_next)) in enumerate(zip(self.layers, self._vectors)):
+            q = qkv[:Q]
             if self.merged:
-                specs.append(gemv("qkv", i, self.x, layer.qkv, self.qkv))
+                specs.append(gemv("qkv", i, x, layer.qkv, qkv))
             else:
-                specs += [gemv("q", i, self.x, layer.q, q), gemv("k", i, self.x, layer.k, self.qkv[Q:Q + KV]),
-                          gemv("v", i, self.x, layer.v, self.qkv[Q + KV:])]
-            specs.append(gemv("o", i, q, layer.o, self.h, bias=self.x))
+                specs += [gemv("q", i, x, layer.q, q), gemv("k", i, x, layer.k, qkv[Q:Q + KV]),
+                          gemv("v", i, x, layer.v, qkv[Q + KV:])]
+            specs.append(gemv("o", i, q, layer.o, h, bias=x))
             if self.merged:
-                specs.append(gemv("gate_up", i, self.h, layer.gate_up, self.gu))
+                specs.append(gemv("gate_up", i, h, layer.gate_up, gu))
             else:
-                specs += [gemv("gate", i, self.h, layer.gate, self.gu[:I]),
-                          gemv("up", i, self.h, layer.up, self.gu[I:])]
+                specs += [gemv("gate", i, h, layer.gate, gu[:I]), gemv("up", i, h, layer.up, gu[I:])]
             if not self.fuse_silu:
                 specs.append(silu_mul(i))
-            specs.append(down(i, layer))
-        specs.append(gemv("lm_head", -1, self.x, self.lm_head, self.logits))
+            specs.append(down(i, layer, gu, h, x_next))
+        specs.append(gemv("lm_head", -1, self._vectors[-1][-1], self.lm_head, self.logits))
         return specs
 
     def __repr__(self):
@@ -217,8 +261,8 @@ class DecodeChain(ChainStep):
         buffers): the chain's last kernel on its own, to time standalone."""
         max_blocks = None if self.blocks_per_sm is None else self.blocks_per_sm * device_facts()[1]
         tuning = self.kind_tunings.get("lm_head")
-        return GemvLaunch(self.x, self.lm_head, self.logits, options=None if tuning else self.options,
-                          tuning=tuning, max_blocks=max_blocks)
+        return GemvLaunch(self._vectors[-1][-1], self.lm_head, self.logits,
+                          options=None if tuning else self.options, tuning=tuning, max_blocks=max_blocks)
 
     def plans(self) -> list:
         """The :class:`~int4gemv.Plan` of each GEMV launch, in order (what each one runs)."""

@@ -20,14 +20,10 @@ from __future__ import annotations
 
 from numba import cuda, uint32
 
-from ..kernels.intrinsics import SIMULATED
+from ..kernels.handoff import SPIN_LIMIT
 from ..kernels.vector_loads import load_acquire, load_volatile
 
 __all__ = ["arrive", "wait_all", "SPIN_LIMIT"]
-
-#: Polls of a phase counter after which a block stops waiting and counts a timed-out barrier
-#: (seconds on a GPU; on the simulator, whose blocks run one after another, a few hundred).
-SPIN_LIMIT = 200 if SIMULATED else 1 << 22
 
 
 @cuda.jit(device=True, inline=True)

@@ -14,6 +14,8 @@ same functions :func:`int4gemv.prepare` calls) and adds what only a chain needs:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..arrays import device_view
@@ -69,12 +71,17 @@ class GemvLaunch:
         Cap on the grid (``None``: the planned grid).
     stamps, slot
         A :func:`~int4gemv.decode.stamps.stamp_buffer` and this launch's row of it.
+    words : bool
+        Compile the planned default-tiling kernel to poll its activations for
+        :mod:`~int4gemv.kernels.handoff` sentinels instead of waiting for the previous grid (the
+        chain's ``handoff="words"``): needs a ``pdl`` plan of the default kernel at M = 1 with
+        16-byte aligned activations (ValueError otherwise).
 
     Attributes: ``plan`` (the :class:`~int4gemv.Plan`), ``grid`` (the launched grid), ``out``.
     """
 
     def __init__(self, a, w, out, bias=None, *, options=None, tuning=None, max_blocks=None, stamps=None,
-                 slot=0):
+                 slot=0, words=False):
         if max_blocks is not None and (isinstance(max_blocks, bool) or not isinstance(max_blocks, (int, np.integer))
                                        or max_blocks < 1):
             raise ValueError(f"max_blocks must be None or a positive int; got {max_blocks!r}")
@@ -86,6 +93,11 @@ class GemvLaunch:
         if not call.on_device:
             raise TypeError(f"a must be a CUDA array; got {type(a).__name__}")
         self.plan = plan(call, resolved)
+        if words:
+            if self.plan.kernel != "default" or not self.plan.config.pdl:
+                raise ValueError(f"words needs a pdl plan of the default kernel; the plan runs "
+                                 f"{self.plan.kernel!r} (pdl {self.plan.tuning.pdl})")
+            self.plan = replace(self.plan, config=replace(self.plan.config, words=True))
         if max_blocks is not None and self.plan.kernel not in PERSISTENT_KERNELS:
             raise ValueError(f"max_blocks needs a persistent kernel {PERSISTENT_KERNELS}; the plan "
                              f"runs {self.plan.kernel!r}, whose grid must stay as planned")

@@ -70,13 +70,13 @@ class SplitKLaunch:
     ----------
     a : device array
         fp16 ``[K]``; with ``fused``, the gate/up output ``[2K]`` (``g`` then ``u``), and the
-        activations are ``silu(g)·u``. 8-byte aligned.
+        activations are ``silu(g)·u``. 8-byte aligned (16 with ``words``).
     w : QuantizedWeight
         Block size 32, K a multiple of 32, fp16 scales.
     out, bias
         fp16 ``[N]`` device vectors (``bias`` optional, added in float32).
     shape : SplitK
-    fused, pdl : bool
+    fused, pdl, words : bool
         See :func:`~int4gemv.decode.split_k_kernel.split_k_kernel`.
     max_blocks : int, optional
         Cap on the (persistent) grid.
@@ -87,12 +87,14 @@ class SplitKLaunch:
     """
 
     def __init__(self, a, w, out, bias=None, *, shape: SplitK = SplitK(), fused: bool = False,
-                 pdl: bool = False, max_blocks=None, stamps=None, slot=0):
+                 pdl: bool = False, words: bool = False, max_blocks=None, stamps=None, slot=0):
         if not isinstance(shape, SplitK):
             raise TypeError(f"shape must be a SplitK; got {type(shape).__name__}")
-        for name, v in (("fused", fused), ("pdl", pdl)):
+        for name, v in (("fused", fused), ("pdl", pdl), ("words", words)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
+        if words and not pdl:
+            raise ValueError("words needs pdl (a programmatic launch that polls instead of waiting)")
         if max_blocks is not None and (isinstance(max_blocks, bool) or not isinstance(max_blocks, (int, np.integer))
                                        or max_blocks < 1):
             raise ValueError(f"max_blocks must be None or a positive int; got {max_blocks!r}")
@@ -101,7 +103,7 @@ class SplitKLaunch:
         if w.block_size != 32 or w.K % 32 or w.dtype != "float16":
             raise ValueError(f"w must have block_size 32, K a multiple of 32 and fp16 scales; got "
                              f"block_size {w.block_size}, K {w.K}, {w.dtype}")
-        act = device_view(_fp16_vector("a", a, 2 * w.K if fused else w.K, align=8), np.uint64)
+        act = device_view(_fp16_vector("a", a, 2 * w.K if fused else w.K, align=16 if words else 8), np.uint64)
         _fp16_vector("out", out, w.N)
         if bias is not None:
             _fp16_vector("bias", bias, w.N)
@@ -116,7 +118,7 @@ class SplitKLaunch:
             grid = min(grid, int(max_blocks))
         d = w.device_arrays()
         zp = w.zero_points is not None
-        kernel = split_k_kernel(shape.cols, shape.unroll, chunks, shape.col_warps, fused, zp, pdl)
+        kernel = split_k_kernel(shape.cols, shape.unroll, chunks, shape.col_warps, fused, zp, pdl, words)
         args = (act, d["words64_flat"], d["scales_flat"], d["zero_points_flat"],
                 d["no_bias"] if bias is None else bias, bias is not None, out, w.K)
         self.grid, self.block, self.out, self._keep = (grid,), (threads,), out, (a, w, bias)

@@ -38,6 +38,7 @@ from numba import cuda, float32, uint64
 from ..kernels.half2 import (NO_ZP_HIGH, NO_ZP_LOW, dot16, pair_activations_wide,
                              zero_point_constants)
 from ..kernels.butterfly import column_sums, writer_mask
+from ..kernels.handoff import await_words
 from ..kernels.intrinsics import allow_next_grid, half2_sum, pack_half2, wait_for_previous_grid
 from ..kernels.nibble_pairs import half_high, half_low
 from .silu_mul import silu_times
@@ -50,14 +51,16 @@ WORDS_PER_LANE_STEP = 32
 
 @functools.lru_cache(maxsize=None)
 def split_k_kernel(cols: int, unroll: int, chunks: int, col_warps: int, fused: bool,
-                   zero_points: bool = False, pdl: bool = False):
+                   zero_points: bool = False, pdl: bool = False, words: bool = False):
     """The kernel ``(act, words, scales, zero_points, bias, has_bias, out, K)`` for one shape
     (see the module docstring), compiled on first launch. ``act``: uint64 view of the fp16
     activations (``K / 4`` words; ``fused``: of ``[g | u]``, ``K / 2``); ``words`` uint64
     ``[N * K/16]``, ``scales`` fp16 ``[N * K/32]``, ``zero_points`` uint8 (read only when
     ``zero_points``), ``bias``/``out`` fp16 ``[N]``. ``pdl``: a programmatic dependent launch
     (the next launch may start at entry; every weight load of the first group is issued before
-    ``griddepcontrol.wait``, nothing this kernel reads from earlier launches before it)."""
+    ``griddepcontrol.wait``, nothing this kernel reads from earlier launches before it);
+    ``words`` (with ``pdl``): no wait for the previous grid, the block polls ``act`` instead
+    (:func:`~int4gemv.kernels.handoff.await_words`; the chain's ``handoff="words"``)."""
     C, U, S, P = int(cols), int(unroll), int(chunks), int(col_warps)
     if C & (C - 1) or not 1 <= C <= 16 or U not in (1, 2, 4, 8) or S < 1 or P < 1:
         raise ValueError(f"cols must be a power of two <= 16, unroll one of 1, 2, 4, 8, chunks and "
@@ -66,7 +69,10 @@ def split_k_kernel(cols: int, unroll: int, chunks: int, col_warps: int, fused: b
     WORDS, THREADS, GROUP = S * CHUNK, 32 * S * P, C * P
     if THREADS > 1024:
         raise ValueError(f"chunks x col_warps x 32 = {THREADS} threads is more than a block's 1024")
-    FUSED, ZP, PDL = bool(fused), bool(zero_points), bool(pdl)
+    FUSED, ZP, PDL, POLL = bool(fused), bool(zero_points), bool(pdl), bool(words)
+    if POLL and not PDL:
+        raise ValueError("words needs pdl (a programmatic launch that polls instead of waiting)")
+    ACT_PER_K = 2 if FUSED else 1        # act holds K fp16 values ([g | u] when fused: 2K)
     U0, U1, U2, U4 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(4)
     LOW32 = np.uint64(0xFFFFFFFF)
     WRITERS = writer_mask(C)              # lanes with these bits clear hold a column's sum
@@ -135,7 +141,9 @@ def split_k_kernel(cols: int, unroll: int, chunks: int, col_warps: int, fused: b
         if g < groups:  # every chunk of the first group in flight before the wait
             load_group(words, scales, zero_points, g * np.uint32(GROUP) + sub * np.uint32(C), base,
                        lane, N, nw, nz, wv, sv, zv)
-        if PDL:
+        if POLL:   # every 16 bytes of act (K fp16; fused: 2K) free of the sentinel
+            await_words(act, np.uint32(ACT_PER_K * K // 8), 2)
+        elif PDL:
             wait_for_previous_grid()
         u_offset = uint64(4) * uint64(nw)  # fused: u starts K fp16 = K/4 uint64 words into gu
         for slot in range(tid, np.uint32(WORDS), np.uint32(THREADS)):

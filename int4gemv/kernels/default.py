@@ -63,6 +63,7 @@ from .default_m1 import STAGE_SIZE, scalar_fold, stage_activations
 from .default_mma import mma_fold
 from .default_mma_batch import (batch_mma_constants, batch_mma_finish, batch_mma_fold,
                                 ksplit_walk, reduction_shape, row_tiles)
+from .handoff import await_words
 from .intrinsics import SIMULATED, allow_next_grid, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
 from .vector_loads import load8, load16, load16_stream
@@ -85,7 +86,7 @@ def default_kernel(config: DefaultConfig):
     F16 = config.dtype == "float16"
     M, C, L, U = config.M, config.cols, config.lanes, config.unroll
     BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
-    ACT_VEC, W_VEC, PDL = config.act_vector, config.weight_vector, config.pdl
+    ACT_VEC, W_VEC, PDL, WORDS = config.act_vector, config.weight_vector, config.pdl, config.words
     PIPELINE = config.pipeline
     KS = config.ksplit                   # warps sharing a column group (M > 1 mma only)
     STRIPES = L * KS                     # chunk stripes of a column group
@@ -275,7 +276,7 @@ def default_kernel(config: DefaultConfig):
             walk_k(act, packed, scales, zero_points, bias, has_bias, out, red, stage, raw, sv, zv,
                    acc, lane, s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, steps, groups)
             return
-        if not (STAGED or PIPELINE):
+        if not (STAGED or PIPELINE or WORDS):
             # Nothing to stage: each step's loads, then its fold; the first weights are in
             # flight while the previous grid ends
             waited = not PDL
@@ -295,7 +296,9 @@ def default_kernel(config: DefaultConfig):
         if g < groups:
             issue_step(packed, scales, zero_points, g, 0, s, p, N, nwords, nchunks, nb, nzb,
                        row_bytes, raw, sv, zv)
-        if PDL:  # the first weights are in flight while the previous grid ends
+        if WORDS:  # the first weights are in flight while the activations are awaited
+            await_words(act, K // 8, 8)
+        elif PDL:  # the first weights are in flight while the previous grid ends
             wait_for_previous_grid()
         # bf16 and the mma fold at M = 1, grid-uniform, while the first weights are in flight:
         # the activations staged as re-paired fp16 words (bf16: tested and scaled per block;

@@ -46,6 +46,9 @@ class DefaultConfig:
     ksplit: (M > 1 mma only) warps of a block that share one column group, each taking every
     ``ksplit``-th stripe of its chunks; their D fragments are summed through shared memory in
     warp order (:func:`.default_mma_batch.ksplit_finish`). 1: a warp per column group.
+    words: (with ``pdl``, M = 1, ``act_vector``; the decode chain's ``handoff="words"``) the
+    kernel never waits for the previous grid: once its first weights are in flight, its blocks
+    poll the activations until no half is the sentinel (:mod:`int4gemv.decode.handoff`).
     """
 
     dtype: str
@@ -63,6 +66,7 @@ class DefaultConfig:
     pipeline: bool = False
     mma: bool = False
     ksplit: int = 1
+    words: bool = False
 
     def __post_init__(self):
         def check(name, ok, accepted):
@@ -74,7 +78,7 @@ class DefaultConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"DefaultConfig.{name} must be an int; got {type(value).__name__}")
-        for name in ("zero_points", "act_vector", "weight_vector", "pdl", "pipeline", "mma"):
+        for name in ("zero_points", "act_vector", "weight_vector", "pdl", "pipeline", "mma", "words"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"DefaultConfig.{name} must be a bool")
         check("M", 1 <= self.M <= MAX_M, f"in 1..{MAX_M}")
@@ -94,6 +98,8 @@ class DefaultConfig:
         check("ksplit", self.ksplit in (1, 2, 4, 8) and self.warps % self.ksplit == 0
               and (self.ksplit == 1 or (self.mma and self.M > 1)),
               "1, 2, 4 or 8 dividing warps, and 1 unless mma with M > 1")
+        check("words", not self.words or (self.pdl and self.M == 1 and self.act_vector),
+              "False unless pdl, M = 1 and act_vector")
 
     @property
     def columns_per_warp(self) -> int:

@@ -8,7 +8,8 @@ element's bytes in the low bits of the first word). :func:`load8` is the 8-byte 
 address must be aligned to the load's width; the caller (the kernel configuration) guarantees
 it. The data must not be written while the kernel runs (the ``.nc`` read-only path), except for
 :func:`load16_l2` (``ld.global.cg``, cached in L2 only) and :func:`load_volatile`
-(``ld.volatile.global``, read anew at each call: a flag other blocks write) and
+(``ld.volatile.global``, read anew at each call: a flag other blocks write; :func:`load16_volatile`,
+16 bytes) and
 :func:`load_acquire` (``ld.acquire.gpu``: the same read, ordering the loads after it), which the compiler
 never moves or merges: data other blocks of the same launch write.
 
@@ -27,8 +28,8 @@ import numpy as np
 
 from .intrinsics import SIMULATED
 
-__all__ = ["load16", "load8", "load4", "load16_stream", "load16_l2", "load_volatile", "load_acquire",
-           "prefetch_l1"]
+__all__ = ["load16", "load8", "load4", "load16_stream", "load16_l2", "load16_volatile", "load_volatile",
+           "load_acquire", "prefetch_l1"]
 
 if SIMULATED:
 
@@ -61,6 +62,10 @@ if SIMULATED:
     def load_volatile(array, index):
         """:func:`load4` of a flag other blocks write (the hardware form reads it anew each time)."""
         return _words(array, index, 4)
+
+    def load16_volatile(array, index):
+        """:func:`load16` of data other blocks write (the hardware form reads it anew each time)."""
+        return _words(array, index, 16)
 
     def load_acquire(array, index):
         """:func:`load_volatile` that also orders every later access after it (one thread here)."""
@@ -121,6 +126,10 @@ else:
     load_volatile = intrinsic(_vector_load(1, "ld.volatile.global", coherent=True))
     load_volatile.__doc__ = ("``ld.volatile.global.u32``: 4 bytes from element ``index`` as a 1-tuple, read "
                              "anew at each call (a flag other blocks write; polling it needs no atomic).")
+    load16_volatile = intrinsic(_vector_load(4, "ld.volatile.global", coherent=True))
+    load16_volatile.__doc__ = ("``ld.volatile.global.v4.u32``: 16 bytes from element ``index`` (16-byte "
+                               "aligned), read anew at each call and never removed, even where only a "
+                               "loop's exit depends on it (ptxas drops such ``ld.global.cg`` loops).")
     load_acquire = intrinsic(_vector_load(1, "ld.acquire.gpu.global", coherent=True))
     load_acquire.__doc__ = ("``ld.acquire.gpu.global.u32``: :func:`load_volatile` whose later loads see "
                             "what the writers released before the value read (it waits for no earlier load, "
