@@ -5,11 +5,12 @@ is complete (issue 21; a probe, not a product kernel).
 
 The decode chain spends 1.5–2.5 µs a kernel over its bytes at every one of its 112 boundaries
 (bench/NOTES.md, session 21); the persistent chain's fence, count and poll cost about as much.
-This chain has no arithmetic to hide that cost: ``L`` kernels of ``G`` blocks (4 an SM) of 128
+This chain has no arithmetic to hide that cost: ``L`` kernels of ``G`` blocks (≈ 4 an SM) of 128
 threads, kernel ``i`` reading the whole fp16 vector ``x_i`` (``K`` = 2048 values, as a GEMV reads
 its activations), streaming ``W`` bytes of weights of its own (16-byte loads, issued before it
 waits, as the chain's GEMVs do; folded into a value that never fires) and writing
-``x_{i+1}[j] = fp16(x_i[(j + 1) % K] · 0.5 + 0.25)``, element ``j`` by block ``j % G``. Modes:
+``x_{i+1}[j] = fp16(x_i[(j + 1) % K] · 0.5 + 0.25)``, element ``j`` by block ``j % G``
+(``G`` a power of two, the largest up to 4 an SM). Modes:
 
 * ``stream`` — ordinary launches: kernel ``i`` starts once ``i − 1`` has ended;
 * ``pdl`` — the chain's way: programmatic launches, ``griddepcontrol.launch_dependents`` at entry,
@@ -89,26 +90,33 @@ def probe_kernel(mode: str, loads: int):
                 hashed ^= held[r, e]
         K = uint32(dst.shape[0])
         if WORDS:   # all of x_i present before any output, as a GEMV needs
-            for q in range(t, K // uint32(8), uint32(THREADS)):
+            q = t
+            while q < K // uint32(8):   # uint32 counters: 64-bit ones call a division routine
                 spins = 0
                 while has_sentinel(load16_volatile(src, uint32(4) * q)) and spins < SPIN_LIMIT:
                     spins += 1
                 if spins == SPIN_LIMIT:
                     cuda.atomic.add(count, count.shape[0] - 1, uint32(1))
+                q += uint32(THREADS)
             cuda.syncthreads()
         total = float32(0.0)
-        for q in range(t, K // uint32(8), uint32(THREADS)):   # 16-byte word q: elements 8q .. 8q + 7
+        q = t
+        while q < K // uint32(8):   # 16-byte word q: elements 8q .. 8q + 7
             v = load16_l2(src, uint32(4) * q)
             for e in range(8):
                 word = v[e // 2]
                 x = half_low(word) if e % 2 == 0 else half_high(word)
                 total += x
-                j = (uint32(8) * q + uint32(e) + K - uint32(1)) % K     # the element x feeds
-                if j % G == b:
+                j = uint32(uint32(8) * q + uint32(e) + K - uint32(1))   # the element x feeds,
+                if j >= K:                                                # (8q + e - 1) mod K
+                    j = uint32(j - K)
+                if j & (G - uint32(1)) == b:     # G a power of two: no division routine
+
                     y = x * float32(0.5) + float32(0.25)
                     if hashed == uint32(1) or total < float32(0.0):  # never (zero weights, x > 0)
                         y += float32(1.0)
                     dst[j] = y
+            q += uint32(THREADS)
         if COUNT:
             cuda.syncthreads()
             if t == 0:
@@ -139,7 +147,7 @@ def reference(x0, kernels: int) -> np.ndarray:
 class ProbeChain:
     """The chain of :func:`probe_kernel` launches in one ``mode`` on device buffers it owns.
 
-    ``kernels`` launches of ``blocks`` blocks, each streaming ``loads`` 16-byte weight words a
+    ``kernels`` launches of ``blocks`` blocks (a power of two), each streaming ``loads`` 16-byte weight words a
     thread (zeros) of its own, over an fp16 vector of ``K`` values (a multiple of 8). ``ops``:
     the fill, then the launches, each ``op(stream_handle)``."""
 
@@ -149,6 +157,8 @@ class ProbeChain:
         for name, v in (("kernels", kernels), ("blocks", blocks)):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1; got {v}")
+        if blocks & (blocks - 1):
+            raise ValueError(f"blocks must be a power of two; got {blocks}")
         if loads < 0:
             raise ValueError(f"loads must be >= 0; got {loads}")
         rng = np.random.default_rng(seed)
@@ -231,7 +241,7 @@ def main(argv=None):
         if m not in MODES:
             parser.error(f"--modes: {m!r} is not one of {MODES}")
     name, sms, _ = device_facts()
-    blocks = 4 * sms
+    blocks = 1 << (4 * sms).bit_length() - 1   # a power of two: 512 on 132 SMs
     bandwidth = copy_bandwidth()
     rows = []
     for mb in (float(x) for x in args.weights_mb.split(",")):

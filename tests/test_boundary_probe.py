@@ -20,7 +20,7 @@ def _run(chain, order=None):
 @pytest.mark.parametrize("mode", MODES)
 def test_every_mode_matches_numpy_bit_for_bit(mode):
     big = not simulated()
-    chain = ProbeChain(mode, kernels=16 if big else 3, blocks=528 if big else 3, loads=2, K=2048 if big else 24)
+    chain = ProbeChain(mode, kernels=16 if big else 3, blocks=512 if big else 4, loads=2, K=2048 if big else 24)
     _run(chain)
     chain.check()
     chain.xs.copy_to_device(np.zeros(chain.xs.shape, np.float16))  # a rerun rewrites every row
