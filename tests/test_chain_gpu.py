@@ -43,6 +43,17 @@ def _poison(chain):
         buf.copy_to_device(np.full(buf.shape, np.nan, np.float16))
 
 
+def _replay_mismatches(graph, expected, hidden, rng):
+    """Which of :data:`RACE_RUNS` replays of ``graph`` with fresh inputs give other logits than
+    ``expected(x)`` (every buffer still holds the previous run's values for another input)."""
+    mismatched = []
+    for i in range(RACE_RUNS):
+        xi = rng.standard_normal(hidden).astype(np.float16)
+        if not np.array_equal(graph(xi), expected(xi)):
+            mismatched.append(i)
+    return mismatched
+
+
 def _released(provider):
     c = provider.counters
     return (c.graphs_alive, c.pinned_buffers, c.pinned_bytes, c.pending_cleanup) == (0, 0, 0, 0)
@@ -86,16 +97,11 @@ def test_owned_graph_is_race_free_over_fresh_inputs(full_chain, provider, rng, m
     chain = DecodeChain(layers, lm_head, merged=merged, tuning=tuning, kind_tunings=kinds, down_split=split,
                         fuse_silu=split is not None)
     graph = chain.capture(provider, 2, x)
-    mismatched = []
-    for i in range(RACE_RUNS):
-        xi = rng.standard_normal(shape.hidden).astype(np.float16)
-        got = graph(xi)        # every buffer still holds the previous run's values for another input
-        want = chain.run(xi)
-        if not np.array_equal(got, want):
-            mismatched.append(i)
+    mismatched = _replay_mismatches(graph, chain.run, shape.hidden, rng)
     graph.release()
     assert mismatched == [], f"{len(mismatched)} of {RACE_RUNS} replays differ from eager, first {mismatched[:5]}"
-    assert relative_error(want, reference_logits(layers, lm_head, xi)) < tolerance(shape.layers)
+    xi = rng.standard_normal(shape.hidden).astype(np.float16)
+    assert relative_error(chain.run(xi), reference_logits(layers, lm_head, xi)) < tolerance(shape.layers)
     assert _released(provider)
 
 
@@ -114,11 +120,7 @@ def test_words_handoff_is_the_grid_chain_bit_for_bit_and_race_free(full_chain, p
     np.testing.assert_array_equal(eager, grid.run(x))
     assert relative_error(eager, ref) < tolerance(shape.layers)
     graph = words.capture(provider, 4, x)
-    mismatched = []
-    for i in range(RACE_RUNS):
-        xi = rng.standard_normal(shape.hidden).astype(np.float16)
-        if not np.array_equal(graph(xi), grid.run(xi)):
-            mismatched.append(i)
+    mismatched = _replay_mismatches(graph, grid.run, shape.hidden, rng)
     graph.release()
     assert mismatched == [], f"{len(mismatched)} of {RACE_RUNS} replays differ from the grid chain"
     assert _released(provider)
@@ -135,11 +137,7 @@ def test_persistent_chain_experiment_is_correct_and_race_free(full_chain, provid
     assert relative_error(eager, ref) < tolerance(shape.layers)
     np.testing.assert_array_equal(chain.completed(), np.full(len(chain.phases), chain.blocks, np.int32))
     graph = chain.capture(provider, 3, x)
-    mismatched = []
-    for i in range(RACE_RUNS):
-        xi = rng.standard_normal(shape.hidden).astype(np.float16)
-        if not np.array_equal(graph(xi), chain.run(xi)):
-            mismatched.append(i)
+    mismatched = _replay_mismatches(graph, chain.run, shape.hidden, rng)
     graph.release()
     assert mismatched == [], f"{len(mismatched)} of {RACE_RUNS} replays differ from eager"
     assert _released(provider)
