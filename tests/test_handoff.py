@@ -104,3 +104,13 @@ def test_words_handoff_refuses_what_cannot_poll(two_layers):
                     kind_tunings={"qkv": ig.Tuning("single_warp", pdl=True)}, **split)
     with pytest.raises(ValueError, match="words needs a pdl plan of the default kernel"):
         DecodeChain(layers, lm_head, tuning="single_warp+pdl", handoff="words", **split)
+
+
+def test_bench_configuration_names_the_words_handoff():
+    from bench.decode_configs import chain_options, parse_config
+
+    cfg = parse_config("merged:default+pdl:down=4x4k4:silu=fused:handoff=words")
+    assert chain_options(cfg)["handoff"] == "words" and cfg["label"].endswith("handoff=words")
+    assert chain_options(parse_config("merged:default+pdl"))["handoff"] == "grid"
+    with pytest.raises(ValueError, match="unknown option 'handoff=flags'"):
+        parse_config("merged:default+pdl:handoff=flags")
