@@ -17,10 +17,10 @@ waits, as the chain's GEMVs do; folded into a value that never fires) and writin
   the weights issued, then ``griddepcontrol.wait`` (``i − 1`` complete, its memory flushed);
 * ``count`` — a counter: each block of ``i − 1`` fences and adds one to ``count[i − 1]`` after its
   stores; thread 0 of each block of ``i`` polls it up to ``G`` (volatile reads, then one acquire);
-* ``words`` — self-validating words: every ``x_i`` (``i ≥ 1``) is first filled with the sentinel
-  ``0xFFFF`` (a NaN no conversion stores), and each thread of kernel ``i`` re-reads
-  (``ld.volatile.global``, 16 bytes) its words of ``x_i`` until no half of them is the sentinel: no
-  fence, no counter, no wait for the whole grid.
+* ``words`` — self-validating words, the decode chain's ``handoff="words"``: every ``x_i``
+  (``i ≥ 1``) is first filled with the sentinel ``0xFFFF``, and kernel ``i`` waits in
+  :func:`~int4gemv.kernels.handoff.await_words` (each thread re-reads its 16-byte words of ``x_i``
+  until no half is the sentinel, then a block barrier): no fence, counter or whole-grid wait.
 
 Every replay first runs one ordinary fill kernel (sentinels, counters to 0), then the ``L``
 launches; the reported time is a replay over ``L`` (the fill included, and timed alone too). The
@@ -39,10 +39,10 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from int4gemv.decode.launches import bound_kernel
-from int4gemv.kernels.handoff import SPIN_LIMIT, has_sentinel
+from int4gemv.kernels.handoff import SPIN_LIMIT, await_words
 from int4gemv.kernels.intrinsics import allow_next_grid, wait_for_previous_grid
 from int4gemv.kernels.nibble_pairs import half_high, half_low
-from int4gemv.kernels.vector_loads import load16, load16_l2, load16_volatile, load_acquire, load_volatile
+from int4gemv.kernels.vector_loads import load16, load16_l2, load_acquire, load_volatile
 
 __all__ = ["MODES", "probe_kernel", "fill_kernel", "ProbeChain", "reference", "measure", "main"]
 
@@ -53,8 +53,10 @@ THREADS = 128
 @functools.lru_cache(maxsize=None)
 def probe_kernel(mode: str, loads: int):
     """Kernel ``(src, dst, weights, count, i)`` of ``mode``: ``src`` the uint32 view of ``x_i``
-    (``K / 2`` words, ``K`` a multiple of 8), ``dst`` fp16 ``x_{i+1}``, ``weights`` uint32 (``loads``
-    16-byte words a thread, at a stride of ``G · THREADS`` words), ``count`` uint32 ``[L + 1]`` (the last: polls that gave up after ``SPIN_LIMIT``)."""
+    (``K / 2`` words, ``K`` a multiple of 8), ``dst`` fp16 ``x_{i+1}``, ``weights`` uint32
+    (``loads`` 16-byte words a thread, ``G · THREADS`` 16-byte words apart), ``count`` uint32
+    ``[L + 1]`` (the last: counter polls that gave up after ``SPIN_LIMIT``; a words poll that
+    gives up leaves sentinels in the values, which :meth:`ProbeChain.check` finds)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
     PROGRAMMATIC, R = mode != "stream", int(loads)
@@ -89,29 +91,20 @@ def probe_kernel(mode: str, loads: int):
             for e in range(4):
                 hashed ^= held[r, e]
         K = uint32(dst.shape[0])
-        if WORDS:   # all of x_i present before any output, as a GEMV needs
-            q = t
-            while q < K // uint32(8):   # uint32 counters: 64-bit ones call a division routine
-                spins = 0
-                while has_sentinel(load16_volatile(src, uint32(4) * q)) and spins < SPIN_LIMIT:
-                    spins += 1
-                if spins == SPIN_LIMIT:
-                    cuda.atomic.add(count, count.shape[0] - 1, uint32(1))
-                q += uint32(THREADS)
-            cuda.syncthreads()
+        if WORDS:   # all of x_i present before any output, as a GEMV needs: the chain's poll
+            await_words(src, K // uint32(8), 4)
         total = float32(0.0)
         q = t
-        while q < K // uint32(8):   # 16-byte word q: elements 8q .. 8q + 7
+        while q < K // uint32(8):   # 16-byte word q: elements 8q .. 8q + 7 (uint32: no division call)
             v = load16_l2(src, uint32(4) * q)
             for e in range(8):
                 word = v[e // 2]
                 x = half_low(word) if e % 2 == 0 else half_high(word)
                 total += x
-                j = uint32(uint32(8) * q + uint32(e) + K - uint32(1))   # the element x feeds,
+                j = uint32(uint32(8) * q + uint32(e) + K - uint32(1))   # the element x feeds:
                 if j >= K:                                                # (8q + e - 1) mod K
                     j = uint32(j - K)
                 if j & (G - uint32(1)) == b:     # G a power of two: no division routine
-
                     y = x * float32(0.5) + float32(0.25)
                     if hashed == uint32(1) or total < float32(0.0):  # never (zero weights, x > 0)
                         y += float32(1.0)
@@ -147,9 +140,9 @@ def reference(x0, kernels: int) -> np.ndarray:
 class ProbeChain:
     """The chain of :func:`probe_kernel` launches in one ``mode`` on device buffers it owns.
 
-    ``kernels`` launches of ``blocks`` blocks (a power of two), each streaming ``loads`` 16-byte weight words a
-    thread (zeros) of its own, over an fp16 vector of ``K`` values (a multiple of 8). ``ops``:
-    the fill, then the launches, each ``op(stream_handle)``."""
+    ``kernels`` launches of ``blocks`` blocks (a power of two), each streaming ``loads`` 16-byte
+    weight words a thread (zeros) of its own, over an fp16 vector of ``K`` values (a multiple
+    of 8). ``ops``: the fill, then the launches, each ``op(stream_handle)``."""
 
     def __init__(self, mode: str, *, kernels: int, blocks: int, loads: int, K: int = 2048, seed: int = 0):
         if K % 8 or K < 8:
@@ -185,12 +178,12 @@ class ProbeChain:
     def check(self) -> None:
         """Raise ``AssertionError`` unless ``x_L`` equals :func:`reference` bit for bit and no
         poll gave up (call after the GPU has finished)."""
+        gave_up = int(self.count.copy_to_host()[-1])
+        assert gave_up == 0, f"{self.mode}: {gave_up} polls gave up"
         got = self.xs.copy_to_host()[-1]
         want = reference(self.x0, self.kernels)
         bad = np.flatnonzero(got.view(np.uint16) != want.view(np.uint16))
         assert bad.size == 0, f"{self.mode}: {bad.size} of {self.K} values differ (first at {bad[:5]})"
-        gave_up = int(self.count.copy_to_host()[-1])
-        assert gave_up == 0, f"{self.mode}: {gave_up} polls gave up"
 
 
 def measure(mode: str, *, kernels: int, blocks: int, loads: int, replays: int) -> dict:

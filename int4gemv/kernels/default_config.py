@@ -48,7 +48,7 @@ class DefaultConfig:
     warp order (:func:`.default_mma_batch.ksplit_finish`). 1: a warp per column group.
     words: (with ``pdl``, M = 1, ``act_vector``; the decode chain's ``handoff="words"``) the
     kernel never waits for the previous grid: once its first weights are in flight, its blocks
-    poll the activations until no half is the sentinel (:mod:`int4gemv.decode.handoff`).
+    poll the activations until no half is the sentinel (:mod:`.handoff`).
     """
 
     dtype: str

@@ -18,6 +18,12 @@ Why it is correct:
 * a consumer's later reads of vectors it does not poll (the residual it adds as ``bias``) are
   complete too: the vector it polled was written by blocks that had each polled that residual
   (or an input computed after it) before writing;
+* the kernels read the activations again after the poll through the read-only path
+  (``ld.global.nc``), which PTX reserves for data no one writes while the kernel runs. What
+  that rule guards against is a stale line in an SM's L1; none can exist here, since every
+  reader of a vector polls it first with reads that bypass L1, so no line of a vector is
+  cached before the vector is complete (an assumption about the hardware that the GPU race test,
+  1000 replays against the waiting chain, checks);
 * no vector is written twice in a step, and the next step's fill runs after this step's last
   kernel has ended (an ordinary launch), so no poll can see a value of another step;
 * a programmatic launch starts only after every block of the previous grid has started, so a
