@@ -71,6 +71,9 @@ def test_words_chain_computes_the_grid_chains_logits_bit_for_bit(rng, two_layers
     grid = DecodeChain(layers, lm_head, **options)
     assert words.launches == grid.launches + 1 and words.kernels[0][0] == "fill"
     assert all(p.config.words for p in words.plans()) and not any(p.config.words for p in grid.plans())
+    # after the fill, the step's first GEMV is an ordinary launch; the rest as planned
+    assert [op.programmatic for op in words._ops[1:3]] == [False, True]
+    assert all(op.programmatic for op in grid._ops[:-1] if hasattr(op, "programmatic"))
     for x in (rng.standard_normal(TWO_LAYERS.hidden).astype(np.float16) for _ in range(2)):
         logits = words.run(x)
         np.testing.assert_array_equal(logits, grid.run(x))

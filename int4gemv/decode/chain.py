@@ -210,9 +210,12 @@ class DecodeChain(ChainStep):
         def gemv(name, layer, a, w, out, bias=None):
             tuning = self.kind_tunings.get(name)
             options = None if tuning is not None else self.options
+            # the words handoff's first GEMV starts after the fill: an ordinary launch makes the
+            # sentinels visible to every later kernel before any of them can start
+            ordered = words and a is self.x and name in ("qkv", "q")
             return (name, layer, w.nbytes, lambda stamps, slot: GemvLaunch(
                 a, w, out, bias, options=options, tuning=tuning, max_blocks=max_blocks, stamps=stamps,
-                slot=slot, words=words))
+                slot=slot, words=words, ordered=ordered))
 
         grid, block = silu_mul_geometry(I)
         kernel = silu_mul_kernel(self.silu_pdl)

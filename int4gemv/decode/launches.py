@@ -76,12 +76,17 @@ class GemvLaunch:
         :mod:`~int4gemv.kernels.handoff` sentinels instead of waiting for the previous grid (the
         chain's ``handoff="words"``): needs a ``pdl`` plan of the default kernel at M = 1 with
         16-byte aligned activations (ValueError otherwise).
+    ordered : bool
+        An ordinary launch even where the plan is programmatic: it starts once the previous
+        launch has completed and its writes are visible to every later launch (the words
+        handoff's first GEMV, after the fill).
 
-    Attributes: ``plan`` (the :class:`~int4gemv.Plan`), ``grid`` (the launched grid), ``out``.
+    Attributes: ``plan`` (the :class:`~int4gemv.Plan`), ``grid`` (the launched grid), ``out``,
+    ``programmatic`` (whether it launches as a programmatic dependent launch).
     """
 
     def __init__(self, a, w, out, bias=None, *, options=None, tuning=None, max_blocks=None, stamps=None,
-                 slot=0, words=False):
+                 slot=0, words=False, ordered=False):
         if max_blocks is not None and (isinstance(max_blocks, bool) or not isinstance(max_blocks, (int, np.integer))
                                        or max_blocks < 1):
             raise ValueError(f"max_blocks must be None or a positive int; got {max_blocks!r}")
@@ -109,8 +114,9 @@ class GemvLaunch:
         if max_blocks is not None:
             grid = (min(grid[0], int(max_blocks)),) + grid[1:]
         self.grid, self.out, self._keep = grid, out, (a, w, bias, ops)
+        self.programmatic = launch.programmatic and not ordered
         self.bound = bound_kernel(launch.kernel, launch.args, grid, launch.block, shared=launch.shared,
-                                  programmatic=launch.programmatic, stamps=stamps, slot=slot)
+                                  programmatic=self.programmatic, stamps=stamps, slot=slot)
 
     def __call__(self, stream=None):
         self.bound.launch(stream_handle(stream))

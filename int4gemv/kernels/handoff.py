@@ -25,7 +25,10 @@ Why it is correct:
   cached before the vector is complete (an assumption about the hardware that the GPU race test,
   1000 replays against the waiting chain, checks);
 * no vector is written twice in a step, and the next step's fill runs after this step's last
-  kernel has ended (an ordinary launch), so no poll can see a value of another step;
+  kernel has ended (an ordinary launch), so no poll can see a value of another step; the
+  step's first GEMV is an ordinary launch too, so the fill's sentinels are visible before any
+  kernel that polls can start (a programmatic launch after the fill, with no
+  ``griddepcontrol.wait``, would have no such guarantee);
 * a programmatic launch starts only after every block of the previous grid has started, so a
   block that polls never holds an SM that a producer still needs to begin.
 
