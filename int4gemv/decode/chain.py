@@ -150,9 +150,6 @@ class DecodeChain(ChainStep):
         self.down_split, self.fuse_silu = down_split, fuse_silu
         if handoff not in HANDOFFS:
             raise ValueError(f"handoff must be one of {HANDOFFS}; got {handoff!r}")
-        if handoff == "words" and not (tuning.endswith("+pdl") and fuse_silu and not self.kind_tunings):
-            raise ValueError("handoff='words' needs a +pdl tuning of the default or auto variant, "
-                             "fuse_silu=True (with down_split) and no kind_tunings")
         self.handoff = handoff
         unused = set(self.kind_tunings) - set(LAYOUT_KINDS["merged" if merged else "separate"])
         if unused:
@@ -160,6 +157,9 @@ class DecodeChain(ChainStep):
                              f"{'merged' if merged else 'separate'} layout does not run")
         layers, (self.hidden, self.q_dim, self.kv_dim, self.intermediate) = check_chain(layers, lm_head)
         self.options = launch_options(tuning)
+        if handoff == "words" and not (self.options["pdl"] and fuse_silu and not self.kind_tunings):
+            raise ValueError("handoff='words' needs a +pdl tuning of the default or auto variant, "
+                             "fuse_silu=True (with down_split) and no kind_tunings")
         require_gpu("int4gemv.decode.DecodeChain")   # arguments first; then before any device array
         self.layers, self.lm_head, self.merged, self.tuning = layers, lm_head, merged, tuning
         self.blocks_per_sm, self.timeline = blocks_per_sm, timeline

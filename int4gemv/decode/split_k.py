@@ -93,8 +93,6 @@ class SplitKLaunch:
         for name, v in (("fused", fused), ("pdl", pdl), ("words", words)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool; got {type(v).__name__}")
-        if words and not pdl:
-            raise ValueError("words needs pdl (a programmatic launch that polls instead of waiting)")
         if max_blocks is not None and (isinstance(max_blocks, bool) or not isinstance(max_blocks, (int, np.integer))
                                        or max_blocks < 1):
             raise ValueError(f"max_blocks must be None or a positive int; got {max_blocks!r}")
