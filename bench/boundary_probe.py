@@ -187,16 +187,18 @@ class ProbeChain:
 
 
 def measure(mode: str, *, kernels: int, blocks: int, loads: int, replays: int) -> dict:
-    """One row: the chain of ``mode`` timed in a torch CUDA graph (fill + ``kernels`` launches a
-    replay), checked after, and the fill alone."""
+    """One row: the fill alone, then the chain of ``mode`` timed in a torch CUDA graph (fill +
+    ``kernels`` launches a replay) and checked after its last replay."""
     import torch
 
     from .graph_timer import time_in_torch_graph
 
     chain = ProbeChain(mode, kernels=kernels, blocks=blocks, loads=loads)
     stream = torch.cuda.Stream()
-    full = time_in_torch_graph(chain.issue, stream, kernels + 1, replays)
+    # the fill alone first: its replays leave the sentinels in x_1 .. x_L, which the chain's
+    # replays then overwrite, so the check below reads the chain's own last output
     fill = time_in_torch_graph(lambda n, handle: chain.ops[0](handle), stream, 1, replays)
+    full = time_in_torch_graph(chain.issue, stream, kernels + 1, replays)
     torch.cuda.synchronize()
     chain.check()
     replay_us, spread = full.us * (kernels + 1), (full.p10_us * (kernels + 1), full.p90_us * (kernels + 1))

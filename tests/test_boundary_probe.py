@@ -38,13 +38,43 @@ def test_reference_is_the_recurrence():
 
 @pytest.mark.parametrize("mode", ["count", "words"])
 def test_a_consumer_whose_input_never_comes_gives_up_and_counts_it(mode):
-    """Kernel 1 issued before kernel 0 finds its input missing (sentinels / a zero count) and
-    kernel 0 cannot start before it ends, so it must give up rather than hang, and say so: the
-    counter poll counts it, the words poll leaves the sentinels in what it computed (a few
-    seconds of polls on a GPU)."""
+    """Kernel 1 launched without kernel 0 finds its input missing (sentinels / a zero count) for
+    good, so it must give up rather than hang, and say so: the counter poll counts it, the words
+    poll leaves the sentinels in what it computed (a few seconds of polls on a GPU). Kernel 0 is
+    not launched at all: launched after kernel 1 it could still run beside it on a GPU (kernel 1
+    allows the next grid at entry) and deliver the input."""
     chain = ProbeChain(mode, kernels=2, blocks=2, loads=0, K=16)
-    _run(chain, order=[0, 2, 1])
+    _run(chain, order=[0, 2])
     with pytest.raises(AssertionError, match="gave up" if mode == "count" else "differ"):
         chain.check()
     if mode == "words":   # the consumer read the sentinels it gave up on: NaN, not stale values
         assert np.isnan(chain.xs.copy_to_host()[-1]).all()
+
+
+def test_measure_checks_the_chains_own_output(monkeypatch):
+    """``measure`` checks ``x_L`` after the chain's replays, not after the fill's (which leave
+    the sentinels): run on the simulator with a stand-in timer that issues each graph once."""
+    import bench.boundary_probe as probe
+    import bench.graph_timer as timer
+
+    class Timed:
+        us = p10_us = p90_us = 1.0
+
+    def run_once(issue, stream, launches, replays):
+        for n in range(launches):
+            issue(n, 0)
+        return Timed()
+
+    monkeypatch.setattr(timer, "time_in_torch_graph", run_once)
+    monkeypatch.setitem(__import__("sys").modules, "torch", _FakeTorch())
+    monkeypatch.setattr(probe, "ProbeChain", lambda mode, **kw: ProbeChain(mode, **{**kw, "K": 24}))
+    row = probe.measure("stream", kernels=3, blocks=4, loads=1, replays=10)
+    assert row["checked"] and row["us"] == 4.0 / 3
+
+
+class _FakeTorch:
+    """The two torch calls :func:`bench.boundary_probe.measure` makes itself."""
+
+    class cuda:
+        Stream = staticmethod(lambda: None)
+        synchronize = staticmethod(lambda: None)
