@@ -54,6 +54,8 @@ def test_a_consumer_whose_input_never_comes_gives_up_and_counts_it(mode):
 def test_measure_checks_the_chains_own_output(monkeypatch):
     """``measure`` checks ``x_L`` after the chain's replays, not after the fill's (which leave
     the sentinels): run on the simulator with a stand-in timer that issues each graph once."""
+    import sys
+
     import bench.boundary_probe as probe
     import bench.graph_timer as timer
 
@@ -66,7 +68,7 @@ def test_measure_checks_the_chains_own_output(monkeypatch):
         return Timed()
 
     monkeypatch.setattr(timer, "time_in_torch_graph", run_once)
-    monkeypatch.setitem(__import__("sys").modules, "torch", _FakeTorch())
+    monkeypatch.setitem(sys.modules, "torch", _FakeTorch())
     monkeypatch.setattr(probe, "ProbeChain", lambda mode, **kw: ProbeChain(mode, **{**kw, "K": 24}))
     row = probe.measure("stream", kernels=3, blocks=4, loads=1, replays=10)
     assert row["checked"] and row["us"] == 4.0 / 3
