@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         return 2
 
     out_dir = output_folder(args)
-    doc = {"schema": 1, "kind": "int4gemv-bench", **describe_run(simulated, ["bench"] + list(argv or sys.argv[1:]))}
+    doc = {"schema": 1, "kind": "int4gemv-bench", **describe_run(simulated, "bench", argv)}
     if simulated:
         from .simulated import run_simulated
 

@@ -247,8 +247,8 @@ def main(argv=None):
             rows.append(row)
             print(f"{mode:6s} {row['weight_bytes'] / 1e6:5.2f} MB: {row['us']:.3f} µs a kernel "
                   f"(fill {row['fill_us']:.2f} µs a replay)", flush=True)
-    doc = dict(kind="int4gemv-boundary-probe", **describe_run(False, argv), copy_bytes_per_s=bandwidth,
-               rows=rows)
+    doc = dict(kind="int4gemv-boundary-probe", **describe_run(False, "bench.boundary_probe", argv),
+               copy_bytes_per_s=bandwidth, rows=rows)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"boundary-probe-{name.replace(' ', '-').lower()}-{doc['date'][:19].replace(':', '')}.json"
     path.write_text(json.dumps(doc, indent=1))

@@ -219,11 +219,10 @@ def run(args) -> dict:
     copy_bw, source = torch_copy_bandwidth()
     weight_bytes = lm_head.nbytes + sum(getattr(layer, p).nbytes for layer in layers
                                         for p in ("q", "k", "v", "o", "gate", "up", "down"))
-    report = dict(describe_run(False, argv=sys.argv), workload=workload.get("name", "?"), layers=shape.layers,
+    report = dict(describe_run(False, "bench.decode_chain"), workload=workload.get("name", "?"), layers=shape.layers,
                   seed=args.seed, copy_gbs=copy_bw / 1e9, copy_source=source, weight_bytes=weight_bytes,
                   floor_us=weight_bytes / copy_bw * 1e6, tolerance=tolerance(shape.layers),
                   ideal_fp16_rel_err=ideal, replays=args.replays, configs=[])
-    report["command"] = "python -m bench.decode_chain " + " ".join(sys.argv[1:])
     with lifecycle.numba_provider(0) as provider:
         for graph_id, cfg in enumerate(args.parsed, 1):
             t1 = time.perf_counter()

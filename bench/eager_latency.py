@@ -247,10 +247,9 @@ def main(argv=None):
     from bench.environment import describe_run
 
     result = measure(calls=args.calls, rounds=args.rounds, N=n, K=k)
-    doc = dict(kind="int4gemv-eager-latency", **describe_run(bool(config.ENABLE_CUDASIM), argv),
+    doc = dict(kind="int4gemv-eager-latency", **describe_run(bool(config.ENABLE_CUDASIM), "bench.eager_latency", argv),
                calls=args.calls, rounds=args.rounds, rows=result["rows"], paths=result["paths"],
                samples=result["samples"])
-    doc["command"] = doc["command"].replace("python -m bench", "python -m bench.eager_latency")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "eager_latency.json"), "w") as f:
         json.dump(doc, f, indent=1)

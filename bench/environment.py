@@ -91,9 +91,12 @@ def device_info(simulated: bool) -> dict:
     return info
 
 
-def describe_run(simulated: bool, argv=None) -> dict:
-    argv = sys.argv if argv is None else argv
-    command = "python -m bench " + " ".join(shlex.quote(a) for a in argv[1:])
+def describe_run(simulated: bool, module: str, args=None) -> dict:
+    """The run's facts for a results file: device, versions, git, date, host, the int4gemv
+    environment variables and ``command``, ``python -m <module>`` and ``args`` (the command's
+    arguments; ``None``: this process's, ``sys.argv[1:]``), quoted as a shell would need."""
+    args = sys.argv[1:] if args is None else args
+    command = f"python -m {module} " + " ".join(shlex.quote(str(a)) for a in args)
     return {
         "device": device_info(simulated),
         "versions": versions(),

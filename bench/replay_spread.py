@@ -119,9 +119,7 @@ def main(argv=None) -> int:
     finally:
         smi.terminate()
         smi.wait()
-    meta = describe_run(False)
-    meta["command"] = " ".join(["python -m bench.replay_spread"]
-                               + list(sys.argv[1:] if argv is None else argv))
+    meta = describe_run(False, "bench.replay_spread", argv)
     result = dict(meta, kind="replay_spread", shape=args.shape, N=N, K=K, bs=bs, zp=zp,
                   dtype=args.dtype, launches=launches, copies=copies, errors=errors,
                   samples={k: [[round(t, 4), round(us, 3)] for t, us in v] for k, v in samples.items()})

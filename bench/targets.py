@@ -195,8 +195,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         chosen.remove("env")
     t0 = time.time()
-    doc = {"schema": 1, "kind": "int4gemv-targets", **describe_run(simulated, ["targets"] + list(argv or sys.argv[1:]))}
-    doc["command"] = "python -m bench.targets" + doc["command"][len("python -m bench"):]
+    doc = {"schema": 1, "kind": "int4gemv-targets", **describe_run(simulated, "bench.targets", argv)}
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = doc["date"].replace(":", "").replace("-", "")[:15]
     device = doc["device"]["name"].replace(" ", "-").lower()

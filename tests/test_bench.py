@@ -157,6 +157,27 @@ def test_the_benchmark_never_writes_the_environment():
                 assert allowed.get(rel, "\0") in line, f"{rel} writes the environment: {line.strip()}"
 
 
+def test_a_results_file_names_the_command_that_wrote_it():
+    """``command`` is ``python -m <module>`` and the arguments, quoted; every bench entry point
+    that writes a results file names its own module (session 28: the boundary probe's files said
+    ``python -m bench``)."""
+    import ast
+
+    from bench.environment import describe_run
+
+    doc = describe_run(True, "bench.targets", ["--out", "a b", "--m", 1])
+    assert doc["command"] == "python -m bench.targets --out 'a b' --m 1"
+    assert describe_run(True, "bench", [])["command"] == "python -m bench"
+    callers = 0
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        module = "bench" if path.stem == "__main__" else f"bench.{path.stem}"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "describe_run":
+                callers += 1
+                assert ast.literal_eval(node.args[1]) == module, f"{path.name} names another module"
+    assert callers >= 6
+
+
 # -- the command on the simulator ----------------------------------------------------------------------------
 def test_the_command_runs_on_the_simulator_and_says_it_timed_nothing(tmp_path):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
