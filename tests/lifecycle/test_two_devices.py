@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from lifecycle import DeviceMismatchError, GraphProvider
+from lifecycle import DeviceMismatchError, GraphProvider, UnclosedProviderWarning
 from lifecycle.testing import SimDriver
 
 from payloads import capture_payload
@@ -77,5 +77,10 @@ def test_a_context_that_runs_on_another_device_is_refused():
                 pass
         assert sim.ctx_get_current() == 0, "the caller's context is restored after the refusal"
         assert p.graph_ids() == () and sim.live_resources().keys() <= {"ctx_retains"}
+        with pytest.raises(DeviceMismatchError):   # close() runs in the context too
+            p.close()
+        with pytest.warns(UnclosedProviderWarning):   # so only its finalizer can release it
+            del p
+            gc.collect()
     finally:
         sim.close()
