@@ -247,7 +247,8 @@ def main(argv=None):
     from bench.environment import describe_run
 
     result = measure(calls=args.calls, rounds=args.rounds, N=n, K=k)
-    doc = dict(kind="int4gemv-eager-latency", **describe_run(bool(config.ENABLE_CUDASIM), "bench.eager_latency", argv),
+    doc = dict(kind="int4gemv-eager-latency",
+               **describe_run(bool(config.ENABLE_CUDASIM), "bench.eager_latency", argv),
                calls=args.calls, rounds=args.rounds, rows=result["rows"], paths=result["paths"],
                samples=result["samples"])
     os.makedirs(args.out, exist_ok=True)
