@@ -20,7 +20,10 @@
 #           bs 16 + zp, both dtypes; the H200 question of session 17), and issue 20's M = 8, 16
 #           rows on gate/up, down and lm_head (the chooser, the tensor-core kernel, tinygemm);
 #   CALL=8  session 26: the chain's words handoff against the waiting chain in one process (with
-#           their kernel timelines), the boundary probe, and their GPU tests.
+#           their kernel timelines), the boundary probe, and their GPU tests;
+#   CALL=9  session 29: issue 21 on the card its targets name: the boundary probe (is a PDL
+#           boundary under 0.64 us over its bytes?), then the waiting chain, merged and separate,
+#           with its kernel timeline and 100 fresh-input replays.
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] [M1_ROWS=0] bench/h200_targets_device.sh
@@ -28,7 +31,7 @@
 # (everything under $OUT ends in $OUT/h200-call<N>.tgz)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
-call=${CALL:?set CALL to 1, 2, 3, 4, 5, 6, 7 or 8}
+call=${CALL:?set CALL to 1 .. 9}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 # the card's clocks, power and clock-event reasons every 0.5 s for the whole call (added in
@@ -133,6 +136,15 @@ if [ "$call" = 8 ]; then
         tests/test_chain_gpu.py::test_words_handoff_is_the_grid_chain_bit_for_bit_and_race_free \
         > "$out/pytest-s26.log" 2>&1
     echo "pytest exit $?"; grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$out/pytest-s26.log" | tail -8
+fi
+if [ "$call" = 9 ]; then
+    mkdir -p "$out/chain" "$out/probe"
+    timeout "${PROBE_S:-90}" python3 -m bench.boundary_probe --out "$out/probe" > "$out/probe.log" 2>&1
+    echo "probe exit $?"; tail -16 "$out/probe.log"
+    timeout "${CHAIN_S:-200}" python3 -m bench.decode_chain --out "$out/chain" --race 100 --timeline --configs \
+        merged:default+pdl:down=4x4k4:silu=fused separate:default+pdl:down=4x4k4:silu=fused \
+        > "$out/decode-chain.log" 2>&1
+    echo "decode chain exit $?"; grep -v "^ " "$out/decode-chain.log" | tail -30
 fi
 if [ "$call" = 4 ]; then
     timeout "${TESTS_S:-220}" python3 -m pytest -v -rs -p no:cacheprovider -n "$workers" --tb=short \

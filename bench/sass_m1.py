@@ -234,6 +234,7 @@ def measure(name, sass_dir=None) -> dict:
                                    capture_output=True, text=True, check=True).stdout
     rows = annotate(sass)          # each instruction's scoreboards (bench.sass_control)
     if sass_dir:
+        os.makedirs(sass_dir, exist_ok=True)
         stem = os.path.join(sass_dir, re.sub(r"\W+", "_", name))
         with open(stem + ".sass", "w") as f:
             f.write(plain)
