@@ -18,7 +18,8 @@ def parse_config(text: str) -> dict:
     """``"c4u1b5p"`` -> ``{"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True,
     "mma": False}``, ``"c2l4u2b4m"`` -> ``{"cols": 2, "lanes": 4, ..., "mma": True}`` (``l``: lanes
     per column, else the chooser's; ``w``: warps per block, else the chooser's; ``m``: the
-    tensor-core fold; a last ``kK``: ``K`` warps of a block share a column group, M > 1 mma only):
+    tensor-core fold; ``kK``: ``K`` warps of a block share a column group, M > 1 mma only; a last
+    ``dD``: each warp of an SM waits ``D`` ns per rank before its first loads, :mod:`int4gemv.kernels.stagger`):
     a default-tiling override timed as a ``kind="probe"`` row (``ValueError``
     if malformed). A trailing ``x0`` / ``x2``
     (``"c4u2b4x0"``; ``"fold": 0 / 2``) times the same loads with the M = 1 CUDA-core fold
@@ -27,10 +28,10 @@ def parse_config(text: str) -> dict:
     (``"c4u2b4n"``; ``"stage": "never"`` / ``"always"``) compiles the kernel with the M = 1 row
     stage never / always taken (unstaged, each step loads its activations; bf16 unstaged folds
     in float32), checked like every probe."""
-    m = re.fullmatch(r"c(\d+)(?:l(\d+))?u(\d+)b(\d+)(?:w(\d+))?(p?)(m?)(?:x([02]))?([ns]?)(?:k(\d))?", text)
+    m = re.fullmatch(r"c(\d+)(?:l(\d+))?u(\d+)b(\d+)(?:w(\d+))?(p?)(m?)(?:x([02]))?([ns]?)(?:k(\d))?(?:d(\d+))?", text)
     if not m:
-        raise ValueError(f"config {text!r} is not cC[lL]uUbB[wW][p][m][x0|x2][n|s][kK] (e.g. c4u1b5p, "
-                         "c2l4u2b4m, c2l4u2b2w8m, c4u2b4x0, c4u2b4n, c2l4u2b4w8mk4)")
+        raise ValueError(f"config {text!r} is not cC[lL]uUbB[wW][p][m][x0|x2][n|s][kK][dD] (e.g. c4u1b5p, "
+                         "c2l4u2b4m, c2l4u2b2w8m, c4u2b4x0, c4u2b4n, c2l4u2b4w8mk4, c4u2b4d120)")
     out = {"cols": int(m[1]), "unroll": int(m[3]), "blocks_per_sm": int(m[4]), "pipeline": bool(m[6]),
            "mma": bool(m[7])}
     if m[2]:
@@ -45,6 +46,8 @@ def parse_config(text: str) -> dict:
         out["stage"] = "never" if m[9] == "n" else "always"
     if m[10]:
         out["ksplit"] = int(m[10])
+    if m[11]:
+        out["stagger"] = int(m[11])
     return out
 
 

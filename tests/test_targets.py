@@ -159,7 +159,10 @@ def test_probe_configs_parse_or_are_refused():
                                            "warps": 8, "pipeline": False, "mma": True}
     assert parse_config("c2l4u4b4w4mk4") == {"cols": 2, "lanes": 4, "unroll": 4, "blocks_per_sm": 4,
                                              "warps": 4, "pipeline": False, "mma": True, "ksplit": 4}
-    for bad in ("c2l4u2b4mx0", "c2l4u2b4mn", "c2l4u2b4w", "c2l4u2b4mw8", "c2l4u2b4k4m"):   # fold variants; w before p/m, k last
+    assert parse_config("c4u2b4d120") == {"cols": 4, "unroll": 2, "blocks_per_sm": 4, "pipeline": False,
+                                          "mma": False, "stagger": 120}
+    for bad in ("c2l4u2b4mx0", "c2l4u2b4mn", "c2l4u2b4w", "c2l4u2b4mw8", "c2l4u2b4k4m",
+                "c4u2b4d"):   # fold variants; w before p/m, k last
         with pytest.raises(ValueError, match="config"):
             parse_config(bad)
     with pytest.raises(SystemExit):

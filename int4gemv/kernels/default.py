@@ -66,6 +66,7 @@ from .default_mma_batch import (batch_mma_constants, batch_mma_finish, batch_mma
 from .handoff import await_words
 from .intrinsics import SIMULATED, allow_next_grid, wait_for_previous_grid
 from .nibble_pairs import NO_ZP_OFFSET, zero_point_offset
+from .stagger import stagger_start
 from .vector_loads import load8, load16, load16_stream
 
 __all__ = ["DefaultConfig", "choice_reasons", "choose_config", "default_kernel", "geometry", "DTYPES", "MAX_M",
@@ -87,7 +88,7 @@ def default_kernel(config: DefaultConfig):
     M, C, L, U = config.M, config.cols, config.lanes, config.unroll
     BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
     ACT_VEC, W_VEC, PDL, WORDS = config.act_vector, config.weight_vector, config.pdl, config.words
-    PIPELINE = config.pipeline
+    PIPELINE, STAGGER = config.pipeline, config.stagger
     KS = config.ksplit                   # warps sharing a column group (M > 1 mma only)
     STRIPES = L * KS                     # chunk stripes of a column group
     RED = reduction_shape(config)        # the K split's shared sums (1, 1, 1 without it)
@@ -272,6 +273,8 @@ def default_kernel(config: DefaultConfig):
                 acc[m, c] = float32(0.0)
         if PDL:
             allow_next_grid()
+        if STAGGER:   # a probe (.stagger): the SM's warps issue one after another
+            stagger_start(STAGGER, WARPS)
         if KS > 1:   # M > 1 mma with the K split (.default_mma_batch.ksplit_walk)
             walk_k(act, packed, scales, zero_points, bias, has_bias, out, red, stage, raw, sv, zv,
                    acc, lane, s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, steps, groups)
