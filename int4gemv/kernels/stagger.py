@@ -15,6 +15,10 @@ upper bound, which may exceed the number of SMs) and the sleep is ``nanosleep.u3
 PTX lets the hardware sleep anywhere in ``[0, 2 ns]``). On Numba's simulator, which has one
 "SM" and no clock to spread over, :func:`sm_count` is 1 and the sleep does nothing (both change
 only when a warp starts, never what it computes).
+
+Measured (H100, session 29): ``nanosleep`` sleeps about 0.5 µs whatever it is asked for, so
+every staggered warp started at least that late and each probe row lost 0.4-0.55 µs; the
+25-200 ns spacing this probe was built for needs a finer clock (bench/NOTES.md, session 29).
 """
 
 from __future__ import annotations
