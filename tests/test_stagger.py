@@ -1,25 +1,49 @@
 """The issue-order probe (:mod:`int4gemv.kernels.stagger`): a warp's start delay changes when it
-issues, never what it computes; its stand-ins and its configuration field refuse what the GPU
-would."""
+issues, never what it computes; each warp waits its rank times the delay; its configuration field
+refuses what no kernel compiles."""
 
 from dataclasses import replace
 
 import numpy as np
 import pytest
 from default_kernel_check import SIMULATED, check, make, run
+from numba import cuda
 
 from int4gemv.kernels.default import DefaultConfig
-from int4gemv.kernels.stagger import MAX_STAGGER_NS, sleep_ns, sm_count
+from int4gemv.kernels.global_timer import global_timer
+from int4gemv.kernels.stagger import MAX_STAGGER_NS, sm_count, stagger_start
 
 
-@pytest.mark.skipif(not SIMULATED, reason="the stand-ins are the simulator's")
-def test_the_stand_ins_have_one_sm_and_the_ptx_operand_range():
+@pytest.mark.skipif(not SIMULATED, reason="the stand-in is the simulator's")
+def test_the_simulator_has_one_sm():
     assert sm_count() == 1
-    for ns in (0, 1, 1_000_000):
-        assert sleep_ns(ns) is None
-    for ns in (-1, 1_000_001):
-        with pytest.raises(ValueError, match="nanosleep"):
-            sleep_ns(ns)
+
+
+#: 1 ms a rank: longer than the simulator's own time between two stamps, so that a wait shorter
+#: than the rank's shows (the probe's delays are ns; stagger_start itself takes any uint32)
+DELAY = 1_000_000
+
+
+def test_each_warp_starts_its_rank_times_the_delay_late():
+    # 3 blocks of 2 warps: on the simulator's one SM the ranks are 0..5; on a GPU, where
+    # %nsmid > 3, every block is the first of its SM (rank = its warp). Lane 0 of each warp
+    # stamps the clock around the wait.
+    @cuda.jit
+    def kernel(out):
+        t0 = global_timer()
+        stagger_start(DELAY, 2)
+        t1 = global_timer()
+        if cuda.threadIdx.x % 32 == 0:
+            w = cuda.blockIdx.x * 2 + cuda.threadIdx.x // 32
+            out[w, 0] = t0
+            out[w, 1] = t1
+
+    out = cuda.to_device(np.zeros((6, 2), np.uint64))
+    kernel[3, 64](out)
+    t = out.copy_to_host().astype(np.int64)
+    for w in range(6):
+        rank = w if SIMULATED else w % 2
+        assert t[w, 1] - t[w, 0] >= DELAY * rank, (w, rank, t[w])
 
 
 def test_the_stagger_field_validates_itself():

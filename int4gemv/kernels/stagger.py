@@ -7,18 +7,16 @@ the end of the stream: the SM's whole fold then follows the stream (session 15's
 warps of an SM issue one after another, at about the rate the SM's share of the bandwidth drains
 them, the early warps' bytes land early and their folds overlap the later warps' loads.
 
-:func:`stagger_start` sleeps ``rank * ns`` nanoseconds, ``rank = (block // SMs) * warps + warp``:
-the block's place among the blocks of its SM, if blocks are dispatched round-robin over the SMs
-(an assumption about the hardware's block scheduler that only changes how well the delays
-spread, never a result). On hardware :func:`sm_count` is ``%nsmid`` (PTX: the SM identifiers'
-upper bound, which may exceed the number of SMs) and the sleep is ``nanosleep.u32`` (sm_70+;
-PTX lets the hardware sleep anywhere in ``[0, 2 ns]``). On Numba's simulator, which has one
-"SM" and no clock to spread over, :func:`sm_count` is 1 and the sleep does nothing (both change
-only when a warp starts, never what it computes).
-
-Measured (H100, session 29): ``nanosleep`` sleeps about 0.5 µs whatever it is asked for, so
-every staggered warp started at least that late and each probe row lost 0.4-0.55 µs; the
-25-200 ns spacing this probe was built for needs a finer clock (bench/NOTES.md, session 29).
+:func:`stagger_start` holds a warp until ``rank * ns`` nanoseconds after it began, ``rank =
+(block // SMs) * warps + warp``: the block's place among the blocks of its SM, if blocks are
+dispatched round-robin over the SMs (an assumption about the hardware's block scheduler that
+only changes how well the delays spread, never a result). It spins on ``%globaltimer``
+(:mod:`.global_timer`, which advances in 32 ns steps on the H200 and H100): ``nanosleep``,
+tried first, slept about 0.5 µs whatever it was asked for (H100, session 29), far coarser than
+the 25-200 ns spacing wanted. On hardware :func:`sm_count` is ``%nsmid`` (PTX: the SM
+identifiers' upper bound, which may exceed the number of SMs). On Numba's simulator
+:func:`sm_count` is 1 (one SM) and the clock is the host's: the delays are real but tiny, and
+they change only when a warp starts, never what it computes.
 """
 
 from __future__ import annotations
@@ -27,11 +25,11 @@ import numpy as np
 from numba import cuda
 
 from ..device import simulated
+from .global_timer import global_timer
 
-__all__ = ["sm_count", "sleep_ns", "stagger_start", "MAX_STAGGER_NS"]
+__all__ = ["sm_count", "stagger_start", "MAX_STAGGER_NS"]
 
-#: The largest delay per rank a configuration may ask for (64 warps an SM: 128 µs at most,
-#: under ``nanosleep``'s 1 ms bound).
+#: The largest delay per rank a configuration may ask for (64 warps an SM: 128 µs at most).
 MAX_STAGGER_NS = 2000
 
 if simulated():
@@ -39,12 +37,6 @@ if simulated():
     def sm_count():
         """``%nsmid`` of the simulator: one SM."""
         return np.uint32(1)
-
-    def sleep_ns(ns):
-        """``nanosleep``: nothing to wait for on the simulator; ``ns`` must fit the PTX operand
-        (uint32, at most 1 ms) as on the GPU."""
-        if not 0 <= int(ns) <= 1_000_000:
-            raise ValueError(f"nanosleep of {int(ns)} ns: the PTX operand is 0 .. 1000000")
 
 else:
     from llvmlite import ir
@@ -59,18 +51,16 @@ else:
             return builder.call(asm, [])
         return types.uint32(), codegen
 
-    @cuda.jit(device=True, inline=True)
-    def sleep_ns(ns):
-        """``nanosleep.u32 ns`` (sm_70+)."""
-        cuda.nanosleep(np.uint32(ns))
-
 
 @cuda.jit(device=True, inline=True)
 def stagger_start(ns, warps):
-    """Sleep ``rank * ns`` ns, ``rank = (blockIdx.x // sm_count()) * warps + warp``; ``ns``
-    <= :data:`MAX_STAGGER_NS` (a compile-time constant of the caller: 0 compiles to nothing)."""
+    """Spin until ``rank * ns`` ns after the call, ``rank = (blockIdx.x // sm_count()) * warps
+    + warp``; ``ns`` <= :data:`MAX_STAGGER_NS` (a compile-time constant of the caller: 0
+    compiles to nothing)."""
     if ns > 0:
         rank = (np.uint32(cuda.blockIdx.x) // sm_count()) * np.uint32(warps) \
             + np.uint32(cuda.threadIdx.x) // np.uint32(32)
         if rank > 0:
-            sleep_ns(min(rank * np.uint32(ns), np.uint32(1_000_000)))
+            until = global_timer() + np.uint64(rank * np.uint32(ns))
+            while global_timer() < until:
+                pass
