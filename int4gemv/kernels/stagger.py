@@ -11,7 +11,7 @@ them, the early warps' bytes land early and their folds overlap the later warps'
 (block // SMs) * warps + warp``: the block's place among the blocks of its SM, if blocks are
 dispatched round-robin over the SMs (an assumption about the hardware's block scheduler that
 only changes how well the delays spread, never a result). It spins on ``%globaltimer``
-(:mod:`.global_timer`, which advances in 32 ns steps on the H200 and H100): ``nanosleep``,
+(:mod:`.global_timer`, seen to advance in 32 ns steps by the decode chain's stamps): ``nanosleep``,
 tried first, slept about 0.5 µs whatever it was asked for (H100, session 29), far coarser than
 the 25-200 ns spacing wanted. On hardware :func:`sm_count` is ``%nsmid`` (PTX: the SM
 identifiers' upper bound, which may exceed the number of SMs). On Numba's simulator
