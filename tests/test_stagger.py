@@ -63,7 +63,7 @@ def test_the_stagger_field_validates_itself():
 ])
 def test_a_staggered_kernel_computes_what_the_unstaggered_one_does(rng, dtype, N, K, bs, zp, cols,
                                                                    lanes, unroll, blocks):
-    # every warp past the first of the grid sleeps (on the simulator's one SM its rank is its
+    # every warp past the first of the grid waits (on the simulator's one SM its rank is its
     # place in the grid); the output is checked against float64 and equals stagger 0 bit for bit
     a, w, bias = make(rng, N, K, bs, zp, 1, dtype)
     rows16 = -(-K // bs) * bs // 2 % 16 == 0
