@@ -24,9 +24,10 @@
 #   CALL=9  session 29: issue 21 on the card its targets name: the boundary probe (is a PDL
 #           boundary under 0.64 us over its bytes?), then the waiting chain, merged and separate,
 #           with its kernel timeline and 100 fresh-input replays;
-#   CALL=10 session 29: the issue-order probe (int4gemv/kernels/stagger.py) on the one-step M = 1
-#           shapes: the chooser's configuration with each warp of an SM starting 0-200 ns per
-#           rank after the one before, against its loads alone (x0) and the floor, fp16 (any card).
+#   CALL=10 sessions 29-30: the issue-order probe (int4gemv/kernels/stagger.py) on the one-step
+#           M = 1 shapes: the chooser's configuration with each warp of an SM starting 50-400 SM
+#           cycles per rank after the one before, against its loads alone (x0) and the floor, fp16
+#           (any card).
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] [M1_ROWS=0] bench/h200_targets_device.sh
@@ -100,13 +101,12 @@ if [ "$call" = 7 ]; then
     bench lm816 --m 8,16 $lm --formats 32 --variants env,tensor_core
     bench gd816 --m 8,16 --shapes gate/up,down --variants env,tensor_core
 fi
-if [ "$call" = 10 ]; then
+if [ "$call" = 10 ]; then   # delays in SM cycles (1.98 GHz: 200 cycles ~ 100 ns)
     one="--m 1 --dtypes float16 --variants default --no-tinygemm"
-    bench st4 $one --shapes gate/up,gate_up --config-shapes gate/up,gate_up \
-        --configs c4u2b4x0,c4u2b4d50,c4u2b4d100,c4u2b4d150,c4u2b4d200,c4u2b4x0d100
-    bench st2 $one --shapes q/o,down --config-shapes q/o,down \
-        --configs c2u2b4x0,c2u2b4d40,c2u2b4d80,c2u2b4d120,c2u2b4x0d80
-    bench st1 $one --shapes k/v --config-shapes k/v --configs c1u2b8x0,c1u2b8d25,c1u2b8d50,c1u2b8d100
+    bench st4 $one --shapes gate/up --config-shapes gate/up \
+        --configs c4u2b4x0,c4u2b4x0d200,c4u2b4d100,c4u2b4d200,c4u2b4d300,c4u2b4d400
+    bench st2 $one --shapes q/o --config-shapes q/o --configs c2u2b4x0,c2u2b4x0d160,c2u2b4d80,c2u2b4d160,c2u2b4d240
+    bench st1 $one --shapes k/v --config-shapes k/v --configs c1u2b8x0,c1u2b8d50,c1u2b8d100,c1u2b8d200
 fi
 if [ "$call" = 5 ]; then
     bench bf16 --m 1,5,16 --shapes k/v,q/o,gate/up,down --variants env

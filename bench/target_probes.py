@@ -19,7 +19,7 @@ def parse_config(text: str) -> dict:
     "mma": False}``, ``"c2l4u2b4m"`` -> ``{"cols": 2, "lanes": 4, ..., "mma": True}`` (``l``: lanes
     per column, else the chooser's; ``w``: warps per block, else the chooser's; ``m``: the
     tensor-core fold; ``kK``: ``K`` warps of a block share a column group, M > 1 mma only; a last
-    ``dD``: each warp of an SM waits ``D`` ns per rank before its first loads, :mod:`int4gemv.kernels.stagger`):
+    ``dD``: each warp of an SM waits ``D`` SM cycles per rank before its first loads, :mod:`int4gemv.kernels.stagger`):
     a default-tiling override timed as a ``kind="probe"`` row (``ValueError``
     if malformed). A trailing ``x0`` / ``x2``
     (``"c4u2b4x0"``; ``"fold": 0 / 2``) times the same loads with the M = 1 CUDA-core fold

@@ -10,8 +10,8 @@ from default_kernel_check import SIMULATED, check, make, run
 from numba import cuda
 
 from int4gemv.kernels.default import DefaultConfig
-from int4gemv.kernels.global_timer import global_timer
-from int4gemv.kernels.stagger import MAX_STAGGER_NS, sm_count, stagger_start
+from int4gemv.kernels.sm_clock import sm_clock
+from int4gemv.kernels.stagger import MAX_STAGGER_CYCLES, sm_count, stagger_start
 
 
 @pytest.mark.skipif(not SIMULATED, reason="the stand-in is the simulator's")
@@ -19,20 +19,21 @@ def test_the_simulator_has_one_sm():
     assert sm_count() == 1
 
 
-#: 1 ms a rank: longer than the simulator's own time between two stamps, so that a wait shorter
-#: than the rank's shows (the probe's delays are ns; stagger_start itself takes any uint32)
+#: 10**6 cycles a rank (1 ms on the simulator's clock, 0.5 ms at 2 GHz): longer than the
+#: simulator's own time between two readings, so that a wait shorter than the rank's shows (the
+#: probe's delays are 50-400 cycles; stagger_start itself takes any uint32)
 DELAY = 1_000_000
 
 
 def test_each_warp_starts_its_rank_times_the_delay_late():
     # 3 blocks of 2 warps: on the simulator's one SM the ranks are 0..5; on a GPU, where
     # %nsmid > 3, every block is the first of its SM (rank = its warp). Lane 0 of each warp
-    # stamps the clock around the wait.
+    # reads its SM's clock around the wait.
     @cuda.jit
     def kernel(out):
-        t0 = global_timer()
+        t0 = sm_clock()
         stagger_start(DELAY, 2)
-        t1 = global_timer()
+        t1 = sm_clock()
         if cuda.threadIdx.x % 32 == 0:
             w = cuda.blockIdx.x * 2 + cuda.threadIdx.x // 32
             out[w, 0] = t0
@@ -48,7 +49,7 @@ def test_each_warp_starts_its_rank_times_the_delay_late():
 
 def test_the_stagger_field_validates_itself():
     assert DefaultConfig("float16", 1, 32, False).stagger == 0
-    for bad in (-1, MAX_STAGGER_NS + 1):
+    for bad in (-1, MAX_STAGGER_CYCLES + 1):
         with pytest.raises(ValueError, match="stagger"):
             DefaultConfig("float16", 1, 32, False, stagger=bad)
     for bad in (True, 1.5):

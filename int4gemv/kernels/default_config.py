@@ -10,7 +10,7 @@ import numpy as np
 
 from .mma_tiling import (MMA_BATCH_COLS, MMA_BLOCKS, MMA_COLS, MMA_LANES, MMA_WARPS,
                          mma_batch_reason, mma_batch_tiling)
-from .stagger import MAX_STAGGER_NS
+from .stagger import MAX_STAGGER_CYCLES
 
 __all__ = ["DefaultConfig", "choose_config", "choice_reasons", "geometry", "mma_pays", "DTYPES",
            "MAX_M", "COLS", "LANES", "UNROLLS", "BLOCK_SIZES", "STAGE_MAX_K", "STAGE_MIN_GROUPS",
@@ -50,8 +50,8 @@ class DefaultConfig:
     words: (with ``pdl``, M = 1, ``act_vector``; the decode chain's ``handoff="words"``) the
     kernel never waits for the previous grid: once its first weights are in flight, its blocks
     poll the activations until no half is the sentinel (:mod:`.handoff`).
-    stagger: nanoseconds each warp waits per rank in its SM before its first loads (0: none;
-    at most :data:`.stagger.MAX_STAGGER_NS`): the issue-order probe of :mod:`.stagger`, which no
+    stagger: SM clock cycles each warp waits per rank in its SM before its first loads (0:
+    none; at most :data:`.stagger.MAX_STAGGER_CYCLES`): the issue-order probe of :mod:`.stagger`, which no
     rule chooses.
     """
 
@@ -104,7 +104,7 @@ class DefaultConfig:
         check("ksplit", self.ksplit in (1, 2, 4, 8) and self.warps % self.ksplit == 0
               and (self.ksplit == 1 or (self.mma and self.M > 1)),
               "1, 2, 4 or 8 dividing warps, and 1 unless mma with M > 1")
-        check("stagger", 0 <= self.stagger <= MAX_STAGGER_NS, f"in 0..{MAX_STAGGER_NS} (ns)")
+        check("stagger", 0 <= self.stagger <= MAX_STAGGER_CYCLES, f"in 0..{MAX_STAGGER_CYCLES} (cycles)")
         check("words", not self.words or (self.pdl and self.M == 1 and self.act_vector),
               "False unless pdl, M = 1 and act_vector")
 

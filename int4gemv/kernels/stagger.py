@@ -7,16 +7,18 @@ the end of the stream: the SM's whole fold then follows the stream (session 15's
 warps of an SM issue one after another, at about the rate the SM's share of the bandwidth drains
 them, the early warps' bytes land early and their folds overlap the later warps' loads.
 
-:func:`stagger_start` holds a warp until ``rank * ns`` nanoseconds after it began, ``rank =
-(block // SMs) * warps + warp``: the block's place among the blocks of its SM, if blocks are
-dispatched round-robin over the SMs (an assumption about the hardware's block scheduler that
-only changes how well the delays spread, never a result). It spins on ``%globaltimer``
-(:mod:`.global_timer`, seen to advance in 32 ns steps by the decode chain's stamps): ``nanosleep``,
-tried first, slept about 0.5 µs whatever it was asked for (H100, session 29), far coarser than
-the 25-200 ns spacing wanted. On hardware :func:`sm_count` is ``%nsmid`` (PTX: the SM
+:func:`stagger_start` holds a warp until ``rank * cycles`` SM clock cycles after it began,
+``rank = (block // SMs) * warps + warp``: the block's place among the blocks of its SM, if blocks
+are dispatched round-robin over the SMs (an assumption about the hardware's block scheduler that
+only changes how well the delays spread, never a result). It spins on the SM's ``%clock64``
+(:mod:`.sm_clock`; at 1.98 GHz, 100 cycles are 50 ns). Two coarser clocks were tried first and
+set every delay alike (H100, bench/NOTES.md sessions 29-30): ``nanosleep`` slept about 0.5 µs
+whatever it was asked for, and a spin on ``%globaltimer`` cost every staggered row the same
+≈ 0.46 µs whether the last warp asked for 175 or 700 ns, as a clock stepping in about 1 µs
+would. On hardware :func:`sm_count` is ``%nsmid`` (PTX: the SM
 identifiers' upper bound, which may exceed the number of SMs). On Numba's simulator
-:func:`sm_count` is 1 (one SM) and the clock is the host's: the delays are real but tiny, and
-they change only when a warp starts, never what it computes.
+:func:`sm_count` is 1 (one SM) and a cycle is a nanosecond of the host's clock: the delays are
+real but tiny, and they change only when a warp starts, never what it computes.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ import numpy as np
 from numba import cuda
 
 from ..device import simulated
-from .global_timer import global_timer
+from .sm_clock import sm_clock
 
-__all__ = ["sm_count", "stagger_start", "MAX_STAGGER_NS"]
+__all__ = ["sm_count", "stagger_start", "MAX_STAGGER_CYCLES"]
 
-#: The largest delay per rank a configuration may ask for (64 warps an SM: 128 µs at most).
-MAX_STAGGER_NS = 2000
+#: The largest delay per rank a configuration may ask for (64 warps an SM: 256 000 cycles at most).
+MAX_STAGGER_CYCLES = 4000
 
 if simulated():
 
@@ -53,14 +55,14 @@ else:
 
 
 @cuda.jit(device=True, inline=True)
-def stagger_start(ns, warps):
-    """Spin until ``rank * ns`` ns after the call, ``rank = (blockIdx.x // sm_count()) * warps
-    + warp``; ``ns`` <= :data:`MAX_STAGGER_NS` (a compile-time constant of the caller: 0
-    compiles to nothing)."""
-    if ns > 0:
+def stagger_start(cycles, warps):
+    """Spin until ``rank * cycles`` SM cycles after the call, ``rank = (blockIdx.x // sm_count())
+    * warps + warp``; ``cycles`` <= :data:`MAX_STAGGER_CYCLES` (a compile-time constant of the
+    caller: 0 compiles to nothing)."""
+    if cycles > 0:
         rank = (np.uint32(cuda.blockIdx.x) // sm_count()) * np.uint32(warps) \
             + np.uint32(cuda.threadIdx.x) // np.uint32(32)
         if rank > 0:
-            until = global_timer() + np.uint64(rank * np.uint32(ns))
-            while global_timer() < until:
+            until = sm_clock() + np.uint64(rank * np.uint32(cycles))
+            while sm_clock() < until:
                 pass
