@@ -9,8 +9,9 @@ Rooms: :mod:`~lifecycle.provider` (the door), :mod:`~lifecycle.sessions` (captur
 :mod:`~lifecycle.eager_runs` (warm-up and eager re-runs), :mod:`~lifecycle.waits` (synchronize and
 release), :mod:`~lifecycle.registry` (records by id), :mod:`~lifecycle.disposal` (freeing,
 closing, finalizing), :mod:`~lifecycle.capture`, :mod:`~lifecycle.record`,
-:mod:`~lifecycle.staging`, :mod:`~lifecycle.streams` (stream checks and the claims callers wait
-their turn on), :mod:`~lifecycle.context`; the driver seam :mod:`~lifecycle.driver`.
+:mod:`~lifecycle.staging`, :mod:`~lifecycle.threads` (which thread is calling),
+:mod:`~lifecycle.streams` (stream checks and the claims callers wait their turn on),
+:mod:`~lifecycle.context`; the driver seam :mod:`~lifecycle.driver`.
 """
 
 from .capture import Capture

@@ -15,6 +15,7 @@ from .driver import Driver
 from .errors import CaptureError, UnclosedProviderWarning
 from .record import Action, GraphRecord, GraphState, run_actions
 from .staging import PinnedBuffer
+from .threads import current
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -93,7 +94,7 @@ def teardown(reg: "Registry") -> list[BaseException]:
     with reg.close_lock:
         with reg.lock:
             if reg.session is not None:
-                raise CaptureError(f"cannot close the provider from thread {threading.get_ident()}: "
+                raise CaptureError(f"cannot close the provider from thread {current()}: "
                                    f"{reg.owner_hint()}")
             reg.closed = True
             reg.wait_for(lambda: reg.busy == 0)

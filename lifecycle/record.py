@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import enum
 import functools
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import streams
 from .driver import STREAM_PER_THREAD, Driver
 from .staging import PinnedBuffer
+from .threads import current
 
 __all__ = ["GraphState", "GraphRecord", "Action", "run_actions"]
 
@@ -76,7 +76,7 @@ class GraphRecord:
     wait_timeout: float = streams.DEFAULT_STREAM_WAIT_TIMEOUT  #: bound on waiting for a stream's claim
 
     def _key(self) -> tuple:
-        thread = threading.get_ident() if self.stream == STREAM_PER_THREAD else None
+        thread = current() if self.stream == STREAM_PER_THREAD else None
         return (self.stream, thread)
 
     def mark_issuing(self) -> None:
@@ -103,9 +103,9 @@ class GraphRecord:
         """
         if not self.eager:
             return [functools.partial(streams.synchronize, driver, self.stream, self.wait_timeout)]
-        me, steps, foreign = threading.get_ident(), [], False
+        me, steps, foreign = current(), [], False
         for stream, thread in sorted(self.unmarked, key=repr):
-            if thread is None or thread == me:
+            if thread is None or thread is me:
                 steps.append(functools.partial(streams.synchronize, driver, stream, self.wait_timeout))
             else:
                 foreign = True

@@ -168,15 +168,14 @@ class Registry:
     def owner_hint(self) -> str:
         """Which thread must end the open capture, and how (for refusals made in other threads)."""
         session = self.session
-        named = {t.ident: t.name for t in threading.enumerate()}
         gid = session.record.graph_id
-        if session.thread not in named:
+        if not session.thread.alive():
             return (f"graph {gid} was begun by thread {session.thread}, which has exited without ending "
                     "it; CUDA lets only the capturing thread end a capture, so no thread can end this "
                     "one and the provider cannot be closed (its stream stays in capture until the "
                     "process exits). End or discard a capture in the thread that began it before that "
                     "thread returns (`with provider.capture(...)` does)")
-        who = f"thread {session.thread} ({named[session.thread]})"
+        who = f"thread {session.thread} ({session.thread.name})"
         return (f"graph {gid} is being captured by {who}; CUDA lets only that thread end its capture: "
                 f"call end_capture(capture), discard_capture({gid}) or close() there")
 

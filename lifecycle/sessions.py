@@ -20,6 +20,7 @@ from .errors import CaptureError, GraphStateError, attach_cleanup_errors
 from .record import GraphRecord, GraphState
 from .registry import Registry
 from .streams import check_capture_stream, claims
+from .threads import ThreadId, current
 
 __all__ = ["Session", "begin", "end", "abort", "discard_open", "discard_own", "wait_for_no_session",
            "refuse_on_capturing_thread", "discard_dropped", "end_abandoned_capture", "exit_guard"]
@@ -29,7 +30,7 @@ _thread = threading.local()  # .open: the sessions that really capture, opened b
 
 @dataclass
 class Session:
-    thread: int
+    thread: ThreadId
     capture: Capture
     record: GraphRecord
     prev_ctx: int
@@ -86,8 +87,8 @@ def wait_for_no_session(reg: Registry, op: str, deadline: float | None) -> None:
     while reg.session is not None:
         session = reg.session
         left = 0.0 if deadline is None else deadline - time.monotonic()
-        if session.thread == threading.get_ident() or left <= 0:
-            waited = "" if deadline is None or session.thread == threading.get_ident() else \
+        if session.thread is current() or left <= 0:
+            waited = "" if deadline is None or session.thread is current() else \
                 f"waited {reg.stream_wait_timeout:g} s: "
             raise CaptureError(f"cannot {op}: {waited}graph {session.record.graph_id} is being captured "
                                f"(thread {session.thread}); one capture at a time per provider")
@@ -126,7 +127,7 @@ def begin(reg: Registry, graph_id: int, stream, step, guard_factory) -> Capture:
             claimed = "use"
         try:
             with reg.lock:
-                if reg.session is None or reg.session.thread == threading.get_ident():
+                if reg.session is None or reg.session.thread is current():
                     _check_can_begin(reg, graph_id, None)  # again: the wait let other callers in
                     return _open(reg, graph_id, handle, step, guard_factory, claimed)
         except BaseException:
@@ -155,7 +156,7 @@ def _open(reg: Registry, graph_id: int, handle: int, step, guard_factory, claime
     if record.eager:
         record.mark_issuing()
     cap = Capture(reg.driver, record, reg.device, relaxed=reg.graphs_enabled, host_errors=reg.host_errors)
-    session = Session(threading.get_ident(), cap, record, prev, guard, claimed, reg)
+    session = Session(current(), cap, record, prev, guard, claimed, reg)
     reg.records[graph_id] = record
     reg.session = session
     if reg.graphs_enabled:
@@ -175,9 +176,9 @@ def _owned(reg: Registry, capture: Capture, what: str) -> Session:
     if session is None or session.capture is not capture:
         raise CaptureError(f"cannot {what} the capture of graph {capture.graph_id}: it is not the open "
                            "capture of this provider")
-    if session.thread != threading.get_ident():
+    if session.thread is not current():
         raise CaptureError(f"cannot {what} the capture of graph {capture.graph_id} from thread "
-                           f"{threading.get_ident()}: it was begun by thread {session.thread} "
+                           f"{current()}: it was begun by thread {session.thread} "
                            "(thread-local capture ends in its own thread)")
     return session
 
@@ -226,9 +227,9 @@ def discard_open(reg: Registry, graph_id: int, error: BaseException) -> None:
             what = "no capture is open" if session is None else \
                 f"the open capture is of graph {session.record.graph_id}"
             raise CaptureError(f"cannot discard the capture of graph {graph_id}: {what} on this provider")
-        if session.thread != threading.get_ident():
+        if session.thread is not current():
             raise CaptureError(f"cannot discard the capture of graph {graph_id} from thread "
-                               f"{threading.get_ident()}: {reg.owner_hint()}")
+                               f"{current()}: {reg.owner_hint()}")
     _discard(reg, session, error)
 
 
@@ -238,7 +239,7 @@ def discard_own(reg: Registry) -> list[BaseException]:
     other threads (``teardown`` refuses those, naming the owner)."""
     with reg.lock:
         session = reg.session
-        if session is None or session.thread != threading.get_ident():
+        if session is None or session.thread is not current():
             return []
     notice = CaptureError(f"the capture of graph {session.record.graph_id} was still open when the "
                           "provider was closed; it was discarded")

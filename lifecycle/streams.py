@@ -12,6 +12,7 @@ import numpy as np
 
 from .driver import STREAM_LEGACY, STREAM_PER_THREAD
 from .errors import StreamError
+from .threads import ThreadId, current
 
 __all__ = ["stream_handle", "check_capture_stream", "check_wait_timeout", "StreamClaims", "claims",
            "synchronize", "DEFAULT_STREAM_WAIT_TIMEOUT"]
@@ -107,7 +108,7 @@ class StreamClaims:
 
     def __init__(self):
         self._cv = threading.Condition(threading.Lock())
-        self._capturing: dict[int, tuple[int, int]] = {}   # stream -> (graph id, thread)
+        self._capturing: dict[int, tuple[int, ThreadId]] = {}   # stream -> (graph id, thread)
         self._users: dict[int, collections.Counter] = {}   # stream -> {thread: uses}
         self._queued: collections.Counter = collections.Counter()  # stream -> captures waiting
 
@@ -124,11 +125,11 @@ class StreamClaims:
         """Start using ``handle`` (see :meth:`use`); pair with :meth:`release`."""
         if handle in (0, STREAM_LEGACY, STREAM_PER_THREAD):  # never captured (refused), or per-thread
             return
-        me = threading.get_ident()
+        me = current()
 
         def free() -> bool:
             holder = self._capturing.get(handle)
-            if holder is not None and holder[1] == me:
+            if holder is not None and holder[1] is me:
                 raise StreamError(f"cannot {op}: stream {handle:#x} is being captured for graph {holder[0]} "
                                   "by this thread; its work would be captured into that graph (end the "
                                   "capture first, or use another stream)")
@@ -142,7 +143,7 @@ class StreamClaims:
     def release(self, handle: int) -> None:
         if handle in (0, STREAM_LEGACY, STREAM_PER_THREAD):
             return
-        me = threading.get_ident()
+        me = current()
         with self._cv:
             users = self._users[handle]
             users[me] -= 1
@@ -155,11 +156,11 @@ class StreamClaims:
     def claim_capture(self, handle: int, graph_id: int, timeout: float = DEFAULT_STREAM_WAIT_TIMEOUT) -> None:
         """Claim ``handle`` for a capture, once no other capture and no use holds it (waiting up to
         ``timeout``)."""
-        me, op = threading.get_ident(), f"capture graph {graph_id}"
+        me, op = current(), f"capture graph {graph_id}"
 
         def free() -> bool:
             holder = self._capturing.get(handle)
-            if holder is not None and holder[1] == me:
+            if holder is not None and holder[1] is me:
                 raise StreamError(f"cannot {op}: stream {handle:#x} is being captured for graph "
                                   f"{holder[0]} by this thread")
             if self._users.get(handle, {}).get(me, 0):
@@ -206,7 +207,7 @@ class StreamClaims:
         capture = self._capturing.get(handle)
         if capture is not None:
             return f"being captured for graph {capture[0]} by thread {capture[1]}"
-        threads = sorted(self._users.get(handle, {}))
+        threads = sorted(self._users.get(handle, {}), key=lambda t: t.ident)
         if threads:
             return f"in use by a wait, launch or warm-up in thread(s) {', '.join(map(str, threads))}"
         return "wanted by a capture that is waiting for it"

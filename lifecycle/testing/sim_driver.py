@@ -44,6 +44,7 @@ import numpy as np
 from cuda.bindings.driver import CUresult as R
 
 from ..driver import STREAM_LEGACY, STREAM_PER_THREAD, CaptureMode, CaptureStatus, check
+from ..threads import current
 from .sim_graphs import SimGraphs
 from .sim_memory import SimMemory
 from .sim_objects import SimCapture, SimDeviceArray, SimGraph, SimKernel, SimStream
@@ -104,14 +105,14 @@ class SimDriver(SimGraphs, SimMemory):
         mode = self._mode()
         if mode is CaptureMode.RELAXED:
             return
-        me = threading.get_ident()
+        me = current()
         with self._cv:
             blocking = []
             for s in self._capturing_streams():
                 cap = s.capture
-                if cap.thread == me and cap.mode is not CaptureMode.RELAXED:
+                if cap.thread is me and cap.mode is not CaptureMode.RELAXED:
                     blocking.append(cap)
-                elif cap.thread != me and mode is CaptureMode.GLOBAL and cap.mode is CaptureMode.GLOBAL:
+                elif cap.thread is not me and mode is CaptureMode.GLOBAL and cap.mode is CaptureMode.GLOBAL:
                     blocking.append(cap)
             for cap in blocking:
                 cap.status = CaptureStatus.INVALIDATED
@@ -128,7 +129,7 @@ class SimDriver(SimGraphs, SimMemory):
         handle = int(handle)
         if handle in (0, STREAM_LEGACY, STREAM_PER_THREAD):
             ctx = self._need_ctx(call)
-            key = (ctx,) if handle != STREAM_PER_THREAD else (ctx, threading.get_ident())
+            key = (ctx,) if handle != STREAM_PER_THREAD else (ctx, current())
             with self._cv:
                 s = self._special.get(key)
                 if s is None:
@@ -240,7 +241,7 @@ class SimDriver(SimGraphs, SimMemory):
                 self._fail("cuStreamBeginCapture", R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
             if s.capture is not None:
                 self._fail("cuStreamBeginCapture", R.CUDA_ERROR_ILLEGAL_STATE)
-            s.capture = SimCapture(threading.get_ident(), CaptureMode(int(mode)))
+            s.capture = SimCapture(current(), CaptureMode(int(mode)))
 
     def stream_end_capture(self, stream: int):
         s = self._stream("cuStreamEndCapture", stream, check_ctx=False)
@@ -248,7 +249,7 @@ class SimDriver(SimGraphs, SimMemory):
             cap = s.capture
             if cap is None:
                 self._fail("cuStreamEndCapture", R.CUDA_ERROR_ILLEGAL_STATE)
-            if cap.mode is not CaptureMode.RELAXED and cap.thread != threading.get_ident():
+            if cap.mode is not CaptureMode.RELAXED and cap.thread is not current():
                 self._fail("cuStreamEndCapture", R.CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
             s.capture = None
             if cap.status is CaptureStatus.INVALIDATED:

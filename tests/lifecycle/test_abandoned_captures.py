@@ -186,6 +186,59 @@ def test_a_capture_whose_thread_exited_is_named_as_such_not_as_endable_there():
     sim.close()
 
 
+def test_a_later_thread_with_the_exited_owners_ident_cannot_end_its_capture():
+    """Simulated driver only. Thread idents are reused: the first thread started after the
+    capturing thread exited usually gets its number (glibc reuses the stack and its pthread id).
+    That thread is not the owner (CUDA's per-thread capture state does not carry over), so its
+    ``close()`` and ``discard_capture`` are refused as for any other thread, naming the exited
+    owner, and the capture stays open; the simulated driver refuses it ``cuStreamEndCapture``."""
+    sim = SimDriver(timeout=5.0)
+    sim.ctx_set_current(sim.primary_ctx_retain(0))
+    p = GraphProvider(sim, stream_wait_timeout=1.0)
+    handle, owner = p.stream, {}
+
+    def begin():
+        owner["ident"] = threading.get_ident()
+        p.begin_capture(4)
+
+    t = threading.Thread(target=begin)
+    t.start()
+    t.join()
+    seen = []
+
+    def later():
+        seen.append(threading.get_ident())
+        if seen[-1] != owner["ident"]:
+            return
+        for refused in (p.close, lambda: p.discard_capture(4)):
+            try:
+                refused()
+            except CaptureError as exc:
+                seen.append(str(exc))
+        sim.ctx_set_current(sim.primary_ctx_retain(0))
+        try:
+            sim.stream_end_capture(handle)
+        except Exception as exc:
+            seen.append(str(exc))
+
+    for _ in range(50):   # until a new thread gets the owner's ident
+        u = threading.Thread(target=later)
+        u.start()
+        u.join()
+        if seen[-1] != owner["ident"] and not isinstance(seen[-1], int):
+            break
+    assert owner["ident"] in seen, "no later thread got the exited thread's ident (glibc reuses it)"
+    messages = [m for m in seen if isinstance(m, str)]
+    assert len(messages) == 3 and all("which has exited without ending it" in m for m in messages[:2])
+    assert "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD" in messages[2]
+    assert p.state(4) is GraphState.CAPTURING and not p.closed
+    with pytest.warns(UnclosedProviderWarning):
+        del p
+        gc.collect()
+    claims.release_capture(handle)   # as in the test above: later tests' streams reuse the handle
+    sim.close()
+
+
 def test_a_dropped_providers_open_capture_does_not_wedge_its_thread():
     """Simulated driver only. A notebook cell ran ``p = GraphProvider(...)``,
     ``cap = p.begin_capture(3)`` and raised; the cell is re-run, so the old provider (and its
