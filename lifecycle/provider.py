@@ -42,9 +42,10 @@ class GraphProvider:
     Args:
         driver: a :class:`~lifecycle.driver.Driver`; default a new
             :class:`~lifecycle.real_driver.RealDriver`.
-        device: the device ordinal (an int >= 0). Its primary context is retained until
-            ``close()`` and made current in the calling thread for every operation (the caller's
-            context is restored, on error paths too).
+        device: the device ordinal (an int >= 0 and below the driver's device count, else a
+            ValueError naming it). Its primary context is retained until ``close()`` and made
+            current in the calling thread for every operation (the caller's context is restored,
+            on error paths too).
         graphs: ``False`` runs capture bodies eagerly (no graph), e.g. on the per-thread default
             stream; ``record``-ed steps then re-run on ``replay``.
         capture_guard: a zero-argument callable returning a context manager held from just before
@@ -94,6 +95,9 @@ class GraphProvider:
         self.graphs_enabled = bool(graphs)
         self._guard = capture_guard or contextlib.nullcontext
         driver.init()
+        count = driver.device_count()
+        if self.device >= count:
+            raise ValueError(f"device must be < {count}, the number of devices the driver sees; got {self.device}")
         ctx = ContextBinding(driver, driver.primary_ctx_retain(self.device), self.device)
         self._reg = Registry(driver, ctx, self.device, self.graphs_enabled, stream_wait_timeout)
         self._finalizer = weakref.finalize(self, finalize, self._reg, f"GraphProvider(device {self.device})")

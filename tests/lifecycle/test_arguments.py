@@ -146,3 +146,17 @@ def test_a_driver_class_instead_of_an_instance_is_named(cls):
     with pytest.raises(TypeError, match=rf"driver must be a Driver instance; got the class {cls.__name__} "
                                         rf"\(pass {cls.__name__}\(\)"):
         GraphProvider(cls)
+
+
+def test_a_device_the_driver_does_not_have_is_named_before_its_context_is_retained():
+    """The simulated driver has one device: ``device=1`` is a ValueError naming ``device`` and the
+    count, not the driver's CUDA_ERROR_INVALID_DEVICE from retaining its context; nothing is held."""
+    sim = SimDriver(timeout=5.0)
+    count = sim.device_count()
+    with pytest.raises(ValueError, match=rf"device must be < {count}, the number of devices the driver sees; "
+                                         rf"got {count}"):
+        GraphProvider(sim, device=count)
+    assert not any(sim.live_resources().values()), sim.live_resources()
+    with GraphProvider(sim, device=count - 1):
+        pass
+    sim.close()
