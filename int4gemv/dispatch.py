@@ -136,7 +136,7 @@ def _choose(problem, tuning, device_name, table, multiprocessors):
 def _refusal(refused, kernel, tuning, sources):
     """The message of a refused tuning, naming where each refused field came from: the
     environment variables the user set, the ``tuning=`` argument, the table, or the kernel's
-    default (the field was left ``None``)."""
+    default (the field was left ``None``); then every other tuning variable the user set."""
     named = []
     for field in refused.fields:
         value, source = refused.values[field], sources[field]
@@ -147,7 +147,10 @@ def _refusal(refused, kernel, tuning, sources):
         else:
             named.append(f"{field}={value} ({source})")
     shown = ", ".join(f"{f}={refused.values[f]}" for f in refused.fields)
-    return f"{' and '.join(named)}: ({shown}) {refused.what}"
+    also = [source for field, source in sources.items()
+            if field not in refused.fields and source.startswith(ENV_VARS)]   # the rest the user set
+    context = f" (also set: {', '.join(also)})" if also else ""
+    return f"{' and '.join(named)}: ({shown}) {refused.what}{context}"
 
 
 def plan_gemv(problem: Problem, resolved: Resolved, *, device_name=None, multiprocessors=132,

@@ -231,6 +231,7 @@ def test_a_read_only_device_out_is_refused_naming_out(w, rng, no_launch):
     ("1", "16", None, ["INT4GEMV_SINGLE_WARP_COLS=16", "unroll=4 (the single_warp kernel's default)"]),
     (None, "16", None, ["INT4GEMV_SINGLE_WARP_COLS=16"]),
     (None, None, "8", ["INT4GEMV_SINGLE_WARP_UNROLL=8"]),
+    (None, "16", "4", ["INT4GEMV_SINGLE_WARP_COLS=16"]),   # unroll 4 is a default-tiling unroll
 ])
 def test_an_environment_tuning_no_kernel_has_names_the_variables(w, rng, no_launch, monkeypatch,
                                                                  primary, cols, unroll, named):
@@ -247,6 +248,9 @@ def test_an_environment_tuning_no_kernel_has_names_the_variables(w, rng, no_laun
     message = str(err.value)
     assert message.startswith(" and ".join(named) + ": "), message
     assert "tuning" not in message.split(":")[0]
+    for name, value in (("INT4GEMV_SINGLE_WARP", primary), ("INT4GEMV_SINGLE_WARP_COLS", cols),
+                        ("INT4GEMV_SINGLE_WARP_UNROLL", unroll)):
+        assert value is None or f"{name}={value}" in message, message   # every variable the user set
 
 
 def test_a_given_tuning_no_kernel_has_names_the_tuning_argument(w, rng, no_launch):
