@@ -1,9 +1,10 @@
-"""The decode-chain bench's configurations: ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=CxU[s|r]][:down=CxUkP][:handoff=words]``,
+"""The decode-chain bench's configurations: ``layout:tuning[:bps=N][:silu=pdl|plain|fused][:KIND=[d]CxU[s|r]][:down=CxUkP][:handoff=words]``,
 or ``persistent:[warps=W]`` (the persistent chain with ``W`` warps a block, default 16).
 
 ``bps``: grid cap in blocks per SM; ``silu``: silu·mul as a programmatic launch or not (default
 as the tuning), or ``fused`` into the split-K down kernel; ``KIND=CxU``: that GEMV kind on the
-single-warp kernel at that shape (``s``/``r``: streamed or register activations); ``down=CxUkP``:
+single-warp kernel at that shape (``s``/``r``: streamed or register activations), ``KIND=dCxU`` on
+the default tiling at ``cols=C, unroll=U`` (its other fields its own choice); ``down=CxUkP``:
 the split-K down kernel, ``P`` column warps per K chunk; ``handoff=words``: the GEMVs poll their
 activations for sentinels instead of waiting for the previous grid. Pure functions: no GPU work.
 """
@@ -39,7 +40,7 @@ def parse_config(text: str) -> dict:
         return dict(cfg, tuning="persistent", warps=int(warps[1] or 16), label=f"warps={warps[1] or 16}")
     for e in extras:
         key, _, value = e.partition("=")
-        shape = re.fullmatch(r"(\d+)x(\d+)([sr]?)", value)
+        shape = re.fullmatch(r"(d?)(\d+)x(\d+)([sr]?)", value)
         split = re.fullmatch(r"(\d+)x(\d+)k(\d+)", value)
         if key == "bps" and value.isdigit() and int(value) > 0:
             cfg["blocks_per_sm"] = int(value)
@@ -51,12 +52,13 @@ def parse_config(text: str) -> dict:
             cfg["down_split"] = dict(cols=int(split[1]), unroll=int(split[2]), col_warps=int(split[3]))
         elif key == "handoff" and value == "words":
             cfg["handoff"] = "words"
-        elif key in GEMV_KINDS and shape:
-            cfg["kind_tunings"][key] = dict(cols=int(shape[1]), unroll=int(shape[2]),
-                                            activations={"s": "streaming", "r": "registers"}.get(shape[3]))
+        elif key in GEMV_KINDS and shape and not (shape[1] and shape[4]):   # no s/r on the default tiling
+            cfg["kind_tunings"][key] = dict(variant="default" if shape[1] else "single_warp", cols=int(shape[2]),
+                                            unroll=int(shape[3]),
+                                            activations={"s": "streaming", "r": "registers"}.get(shape[4]))
         else:
             raise ValueError(f"configuration {text!r}: unknown option {e!r} (bps=N, silu=pdl|plain|fused, "
-                             f"KIND=CxU[s|r] with KIND in {GEMV_KINDS}, down=CxUkP, handoff=words)")
+                             f"KIND=CxU[s|r] or KIND=dCxU with KIND in {GEMV_KINDS}, down=CxUkP, handoff=words)")
         cfg["label"] += f" {e}"
     if cfg["fuse_silu"] and cfg["down_split"] is None:
         raise ValueError(f"configuration {text!r}: silu=fused needs down=CxUkP (the split-K down kernel)")
@@ -64,13 +66,13 @@ def parse_config(text: str) -> dict:
 
 
 def kind_tunings(cfg) -> dict:
-    """``{kind: int4gemv.Tuning}`` of a parsed configuration: single-warp at the given shape,
-    with the chain tuning's ``pdl`` and ``prefetch``."""
+    """``{kind: int4gemv.Tuning}`` of a parsed configuration: the single-warp kernel or the
+    default tiling at the given shape, with the chain tuning's ``pdl`` and ``prefetch``."""
     from int4gemv import Tuning
     from int4gemv.decode import launch_options
 
     flags = launch_options(cfg["tuning"])
-    return {k: Tuning("single_warp", pdl=flags["pdl"], prefetch=flags["prefetch"], **v)
+    return {k: Tuning(pdl=flags["pdl"], prefetch=flags["prefetch"], **v)
             for k, v in cfg["kind_tunings"].items()}
 
 

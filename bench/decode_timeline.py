@@ -3,8 +3,9 @@
 :func:`measure_timeline` captures the stamped form of a chain (``DecodeChain(timeline=True)``,
 per-block ``%globaltimer`` stamps) into an owned graph, replays it ``replays`` times and keeps,
 per launch, the median over replays of each span field (:func:`int4gemv.decode.timeline.kernel_spans`).
-:func:`kind_summary` reduces the 28 layers to one row per kernel kind; :func:`plot` draws the
-step kernel by kernel against the byte floor (matplotlib, imported on first use).
+:func:`kind_summary` reduces the 28 layers to one row per kernel kind, with each kernel's
+:func:`handoffs`; :func:`overlap_bound` is the step those hand-offs allow at best; :func:`plot`
+draws the step kernel by kernel against the byte floor (matplotlib, imported on first use).
 :func:`measure_phases` and :func:`print_phases` do the same for the persistent chain's phases
 (:func:`int4gemv.decode.timeline.phase_spans`: barrier, staging, work and tail of each phase).
 
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["measure_timeline", "kind_summary", "measure_phases", "phase_kinds", "print_phases", "plot", "main"]
+__all__ = ["measure_timeline", "kind_summary", "handoffs", "overlap_bound", "measure_phases", "phase_kinds",
+           "print_phases", "print_timeline", "plot", "main"]
 
 #: Span fields whose median over replays the timeline keeps.
 FIELDS = ("start", "last_entry", "first_exit", "end", "overlap", "adds")
@@ -61,20 +63,49 @@ def measure_timeline(chain, provider, graph_id: int, x, copy_bw: float, replays:
 
 def kind_summary(spans) -> list:
     """One row per kernel kind (in step order): launches, and the median over them of ``span``
-    (end − start), ``overlap``, ``adds``, ``floor`` and ``adds / floor``; ``adds_total``."""
+    (end − start), ``resident`` (last entry − start), ``overlap``, ``adds``, ``floor``, ``adds /
+    floor``, ``handoff`` and ``drain`` (:func:`handoffs`); ``adds_total``. Pure."""
     kinds = {}
-    for r in spans:
-        kinds.setdefault(r["name"], []).append(r)
+    for r, (handoff, drain) in zip(spans, handoffs(spans)):
+        kinds.setdefault(r["name"], []).append((r, handoff, drain))
     out = []
     for name, rows in kinds.items():
-        med = lambda key: float(np.median([key(r) for r in rows]))  # noqa: E731
-        floor = med(lambda r: r["floor"])
-        adds = med(lambda r: r["adds"])
-        out.append(dict(kind=name, launches=len(rows), span=med(lambda r: r["end"] - r["start"]),
-                        resident=med(lambda r: r["last_entry"] - r["start"]), overlap=med(lambda r: r["overlap"]),
-                        adds=adds, floor=floor, x_floor=adds / floor if floor else None,
-                        adds_total=float(sum(r["adds"] for r in rows))))
+        med = lambda key: float(np.median([key(*x) for x in rows]))  # noqa: E731
+        floor = med(lambda r, h, d: r["floor"])
+        adds = med(lambda r, h, d: r["adds"])
+        out.append(dict(kind=name, launches=len(rows), span=med(lambda r, h, d: r["end"] - r["start"]),
+                        resident=med(lambda r, h, d: r["last_entry"] - r["start"]),
+                        overlap=med(lambda r, h, d: r["overlap"]), adds=adds, floor=floor,
+                        x_floor=adds / floor if floor else None, handoff=med(lambda r, h, d: h),
+                        drain=med(lambda r, h, d: d), adds_total=float(sum(x[0]["adds"] for x in rows))))
     return out
+
+
+def handoffs(spans) -> list:
+    """Per launch ``(handoff, drain)`` in µs, which split what it adds: ``handoff`` = its first
+    block's exit − the previous launch's last exit (the dependency's latency plus the quickest
+    block's work after it: for a kernel whose weights were all loaded before its wait, the
+    hand-off alone), ``drain`` = its last exit − its first exit (how spread its blocks' ends
+    are). The first launch has no predecessor: its ``handoff`` counts from its own start. Pure."""
+    out, prev_end = [], None
+    for r in spans:
+        out.append((r["first_exit"] - (r["start"] if prev_end is None else prev_end), r["end"] - r["first_exit"]))
+        prev_end = r["end"]
+    return out
+
+
+def overlap_bound(spans) -> dict:
+    """The step this boundary mechanism allows at best: every kernel's bytes streamed behind its
+    predecessor, so that each launch adds only ``max(floor, h)``, where ``h`` is the smallest
+    per-kind median ``handoff`` the timeline measured (``kind``: whose), and ``drained_us`` with
+    ``h + d``, that kind's median ``drain`` added. A bound, not a prediction: a chain on these
+    hand-offs cannot beat ``ideal_us``; to beat it the hand-off itself must get cheaper. Pure."""
+    kinds = kind_summary(spans)
+    best = min(kinds, key=lambda k: k["handoff"])
+    h, d = best["handoff"], best["drain"]
+    return dict(kind=best["kind"], handoff=h, drain=d, ideal_us=float(sum(max(r["floor"], h) for r in spans)),
+                drained_us=float(sum(max(r["floor"], h + d) for r in spans)),
+                floor_us=float(sum(r["floor"] for r in spans)))
 
 
 def measure_phases(chain, provider, graph_id: int, x, copy_bw: float, replays: int = 15) -> dict:
@@ -122,21 +153,28 @@ def print_phases(row: dict, out=sys.stdout) -> None:
 
 
 def print_timeline(row: dict, out=sys.stdout) -> None:
-    """The per-kind table of one configuration's timeline (µs; medians over layers)."""
+    """The per-kind table of one configuration's timeline (µs; medians over layers), then the
+    step's :func:`overlap_bound` against the configuration's floor."""
     t = row["timeline"]
     print(f"\ntimeline {row['layout']} {row['label']}: stamped step {t['us_per_step']:.1f} µs "
           f"(unstamped {row['us_per_step']:.1f}), clock granularity {t['granularity_ns']:.0f} ns", file=out)
-    print(f"{'kind':9}{'n':>4}{'span':>8}{'resident':>9}{'overlap':>9}{'adds':>8}{'floor':>8}{'×floor':>8}"
-          f"{'Σ adds':>9}", file=out)
+    print(f"{'kind':9}{'n':>4}{'span':>8}{'resident':>9}{'overlap':>9}{'adds':>8}{'handoff':>9}{'drain':>7}"
+          f"{'floor':>8}{'×floor':>8}{'Σ adds':>9}", file=out)
     for k in kind_summary(t["spans"]):
         xf = f"{k['x_floor']:.2f}" if k["x_floor"] else "-"
         print(f"{k['kind']:9}{k['launches']:>4}{k['span']:>8.2f}{k['resident']:>9.2f}{k['overlap']:>9.2f}"
-              f"{k['adds']:>8.2f}{k['floor']:>8.2f}{xf:>8}{k['adds_total']:>9.1f}", file=out)
+              f"{k['adds']:>8.2f}{k['handoff']:>9.2f}{k['drain']:>7.2f}{k['floor']:>8.2f}{xf:>8}"
+              f"{k['adds_total']:>9.1f}", file=out)
     layers = [x for x in t["layers"] if x["layer"] >= 0]
     if layers:
         us = np.median([x["us"] for x in layers])
         fl = np.median([x["floor"] for x in layers])
         print(f"layer (median of {len(layers)}): {us:.2f} µs against a {fl:.2f} µs floor ({us / fl:.2f}×)", file=out)
+    b = overlap_bound(t["spans"])
+    print(f"bound with every kernel's bytes behind its predecessor and {b['kind']}'s hand-off ({b['handoff']:.2f} µs) "
+          f"at each boundary: {b['ideal_us']:.1f} µs ({b['ideal_us'] / row['floor_us']:.2f}× the floor); "
+          f"with its drain ({b['drain']:.2f}): {b['drained_us']:.1f} µs ({b['drained_us'] / row['floor_us']:.2f}×)",
+          file=out)
 
 
 def plot(report: dict, path, configs=None, zoom_layers=(1, 2)) -> None:

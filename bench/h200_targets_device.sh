@@ -23,7 +23,8 @@
 #           their kernel timelines), the boundary probe, and their GPU tests;
 #   CALL=9  session 29: issue 21 on the card its targets name: the boundary probe (is a PDL
 #           boundary under 0.64 us over its bytes?), then the waiting chain, merged and separate,
-#           with its kernel timeline and 100 fresh-input replays;
+#           with its kernel timeline and 100 fresh-input replays, and (session 31) the merged chain
+#           with one column group a warp for qkv, o (cols 1) and gate_up (cols 8);
 #   CALL=10 sessions 29-30: the issue-order probe (int4gemv/kernels/stagger.py) on the one-step
 #           M = 1 shapes: the chooser's configuration with each warp of an SM starting 50-400 SM
 #           cycles per rank after the one before, against its loads alone (x0) and the floor, fp16
@@ -152,8 +153,9 @@ if [ "$call" = 9 ]; then
     mkdir -p "$out/chain" "$out/probe"
     timeout "${PROBE_S:-90}" python3 -m bench.boundary_probe --out "$out/probe" > "$out/probe.log" 2>&1
     echo "probe exit $?"; tail -16 "$out/probe.log"
-    timeout "${CHAIN_S:-200}" python3 -m bench.decode_chain --out "$out/chain" --race 100 --timeline --configs \
+    timeout "${CHAIN_S:-260}" python3 -m bench.decode_chain --out "$out/chain" --race 100 --timeline --configs \
         merged:default+pdl:down=4x4k4:silu=fused separate:default+pdl:down=4x4k4:silu=fused \
+        merged:default+pdl:qkv=d1x2:o=d1x2:gate_up=d8x2:down=4x4k4:silu=fused \
         > "$out/decode-chain.log" 2>&1
     echo "decode chain exit $?"; grep -v "^ " "$out/decode-chain.log" | tail -30
 fi

@@ -86,6 +86,27 @@ def test_kernel_spans_measure_overlap_and_what_each_kernel_adds():
     assert stamp_granularity(s) == 500
 
 
+def test_handoffs_split_what_each_kernel_adds_and_bound_the_step():
+    """handoff = first exit − the previous launch's end, drain = end − first exit (they sum to
+    ``adds``); the bound takes the kind with the least median hand-off (o: median of 0.5 and 0.3)
+    and charges each launch the larger of its floor and that hand-off (with its drain: 0.45), not
+    the least drain's kind (gate_up: 0.2)."""
+    from bench.decode_timeline import handoffs, kind_summary, overlap_bound
+
+    s = _stamps([[(1000, 3000), (1000, 4000)], [(2000, 4500), (2500, 5000)], [(4200, 7800), (4200, 8000)],
+                 [(7500, 8300), (7500, 8700)]])
+    kernels = [("qkv", 0, 8_000_000), ("o", 0, 0), ("gate_up", 0, 12_000_000), ("o", 1, 0)]
+    spans = kernel_spans(s, kernels, copy_bw=4e12)
+    got = handoffs(spans)
+    assert [x for pair in got for x in pair] == pytest.approx([2.0, 1.0, 0.5, 0.5, 2.8, 0.2, 0.3, 0.4])
+    assert [h + d for h, d in got[1:]] == pytest.approx([r["adds"] for r in spans[1:]])
+    o = next(k for k in kind_summary(spans) if k["kind"] == "o")
+    assert (o["handoff"], o["drain"]) == pytest.approx((0.4, 0.45))
+    b = overlap_bound(spans)
+    assert b["kind"] == "o" and (b["handoff"], b["drain"]) == pytest.approx((0.4, 0.45))
+    assert (b["floor_us"], b["ideal_us"], b["drained_us"]) == pytest.approx((5.0, 2 + 0.4 + 3 + 0.4, 2 + 0.85 + 3 + 0.85))
+
+
 def test_kernel_spans_refuse_a_launch_that_did_not_run():
     s = _stamps([[(1000, 2000)], [(0, 0)]])
     with pytest.raises(ValueError, match=r"launch 1 \(o\) wrote no stamp"):
@@ -122,8 +143,14 @@ def test_bench_configurations_parse_to_chain_keywords():
     tunings = kind_tunings(cfg)
     assert tunings["qkv"].activations == "streaming" and tunings["qkv"].pdl
     assert (tunings["down"].cols, tunings["down"].unroll, tunings["down"].activations) == (1, 8, None)
+    assert {t.variant for t in tunings.values()} == {"single_warp"}
+    # dCxU: that kind on the default tiling at cols C, unroll U, with the chain tuning's pdl
+    tunings = kind_tunings(parse_config("merged:default+pdl:o=d1x2:qkv=2x4s"))
+    assert (tunings["o"].variant, tunings["o"].cols, tunings["o"].unroll, tunings["o"].pdl) == ("default", 1, 2, True)
+    assert (tunings["o"].activations, tunings["qkv"].variant) == (None, "single_warp")
     assert (parse_config("persistent:")["warps"], parse_config("persistent:warps=4")["label"]) == (16, "warps=4")
-    for bad in ("merged:fast", "diagonal:auto", "merged:auto:bps=0", "merged:auto:mlp=4x4", "persistent:warps=x",
+    for bad in ("merged:fast", "diagonal:auto", "merged:auto:bps=0", "merged:auto:mlp=4x4", "merged:auto:o=d1x2s",
+                "merged:auto:o=x1x2", "persistent:warps=x",
                 "persistent:auto", "persistent:warps=8:bps=2"):
         with pytest.raises(ValueError, match="configuration"):
             parse_config(bad)
@@ -157,11 +184,12 @@ def test_grid_cap_only_for_persistent_kernels(rng, monkeypatch):
 
 def test_results_render_as_table_rows_and_a_timeline_figure(tmp_path):
     """The README's table rows and figure come from a results file (here the committed run)."""
+    import io
     import json
     from pathlib import Path
 
     from bench.decode_report import HEADER, markdown_rows
-    from bench.decode_timeline import kind_summary, plot
+    from bench.decode_timeline import kind_summary, overlap_bound, plot, print_timeline
 
     pytest.importorskip("matplotlib", reason="the figure needs matplotlib")
     path = Path(__file__).resolve().parents[1] / "bench" / "results" / "decode-chain-nvidia-h200-20261203T171020.json"
@@ -173,6 +201,11 @@ def test_results_render_as_table_rows_and_a_timeline_figure(tmp_path):
     # medians over replays, field by field: their adds sum to the step's end within 1 %
     assert sum(k["adds_total"] for k in kinds) == pytest.approx(report["configs"][0]["timeline"]["spans"][-1]["end"],
                                                                 rel=0.01)
+    bound = overlap_bound(report["configs"][0]["timeline"]["spans"])   # the step its hand-offs allow
+    assert bound["floor_us"] <= bound["ideal_us"] <= bound["drained_us"] <= report["configs"][0]["timeline"]["us_per_step"]
+    text = io.StringIO()
+    print_timeline(report["configs"][0], text)
+    assert f"{bound['ideal_us']:.1f} µs" in text.getvalue() and text.getvalue().count("\n") == 3 + len(kinds) + 2
     plot(report, tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
