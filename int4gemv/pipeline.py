@@ -89,7 +89,7 @@ def validate(a, w, bias=None, out=None) -> Call:
     if len(ai.shape) not in (1, 2):
         raise ValueError(f"a must have shape [K] or [M, K] with K={K}; got {ai.shape}")
     check_array(ai, dtype, lambda s: s[-1] == K and (len(s) == 1 or s[0] >= 1),
-                f"[K] or [M, K] with K={K}")
+                f"[K] or [M, K] with K={K} and M >= 1")
     M = 1 if len(ai.shape) == 1 else ai.shape[0]
     if M > MAX_M:
         raise ValueError(f"a has M={M} rows; at most {MAX_M} are served per call (split the batch)")
