@@ -104,7 +104,8 @@ def test_handoffs_split_what_each_kernel_adds_and_bound_the_step():
     assert (o["handoff"], o["drain"]) == pytest.approx((0.4, 0.45))
     b = overlap_bound(spans)
     assert b["kind"] == "o" and (b["handoff"], b["drain"]) == pytest.approx((0.4, 0.45))
-    assert (b["floor_us"], b["ideal_us"], b["drained_us"]) == pytest.approx((5.0, 2 + 0.4 + 3 + 0.4, 2 + 0.85 + 3 + 0.85))
+    assert (b["floor_us"], b["ideal_us"], b["drained_us"]) == \
+        pytest.approx((5.0, 2 + 0.4 + 3 + 0.4, 2 + 0.85 + 3 + 0.85))
 
 
 def test_kernel_spans_refuse_a_launch_that_did_not_run():
@@ -201,8 +202,9 @@ def test_results_render_as_table_rows_and_a_timeline_figure(tmp_path):
     # medians over replays, field by field: their adds sum to the step's end within 1 %
     assert sum(k["adds_total"] for k in kinds) == pytest.approx(report["configs"][0]["timeline"]["spans"][-1]["end"],
                                                                 rel=0.01)
-    bound = overlap_bound(report["configs"][0]["timeline"]["spans"])   # the step its hand-offs allow
-    assert bound["floor_us"] <= bound["ideal_us"] <= bound["drained_us"] <= report["configs"][0]["timeline"]["us_per_step"]
+    timeline = report["configs"][0]["timeline"]
+    bound = overlap_bound(timeline["spans"])   # the step its hand-offs allow
+    assert bound["floor_us"] <= bound["ideal_us"] <= bound["drained_us"] <= timeline["us_per_step"]
     text = io.StringIO()
     print_timeline(report["configs"][0], text)
     assert f"{bound['ideal_us']:.1f} µs" in text.getvalue() and text.getvalue().count("\n") == 3 + len(kinds) + 2
