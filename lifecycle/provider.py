@@ -97,7 +97,8 @@ class GraphProvider:
         driver.init()
         count = driver.device_count()
         if self.device >= count:
-            raise ValueError(f"device must be < {count}, the number of devices the driver sees; got {self.device}")
+            raise ValueError(f"device must be < {count}, the number of devices the driver sees; "
+                             f"got {self.device}")
         ctx = ContextBinding(driver, driver.primary_ctx_retain(self.device), self.device)
         self._reg = Registry(driver, ctx, self.device, self.graphs_enabled, stream_wait_timeout)
         self._finalizer = weakref.finalize(self, finalize, self._reg, f"GraphProvider(device {self.device})")
