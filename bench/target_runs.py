@@ -269,7 +269,7 @@ def _variant(v, ws, a, out, ref, stream, timer, args, copies, where, skipped):
     row.update(us=t.us, p10_us=t.p10_us, p90_us=t.p90_us, pct_floor=100 * floor / t.us, error=err,
                ok=err <= 1e-2, pct_copy=pct(nbytes, t.us))
     print(f"{v:11} {label:8} bs{bs:3d} zp{int(zp)} {dtype:8} M={M:2d} {t.us:8.2f} us "
-          f"{row['pct_floor']:5.1f}% floor  err {err:.1e}  {row['kernel']}", flush=True)
+          f"{row['pct_floor']:5.1f}% floor {row['pct_copy']:5.1f}% copy  err {err:.1e}  {row['kernel']}", flush=True)
     return row
 
 

@@ -118,15 +118,17 @@ def format_targets(doc) -> str:
 
 
 def format_rows(doc) -> str:
-    """Every row: kind, variant, shape, format, dtype, M, µs, floor µs, % of floor, tinygemm, error."""
+    """Every row: kind, variant, shape, format, dtype, M, µs, floor µs, % of floor, % of copy,
+    tinygemm, error."""
     head = (f"{'kind':8} {'variant':11} {'shape':8} {'bs':>3} {'zp':>2} {'dtype':8} {'M':>2} {'us':>8} "
-            f"{'floor':>8} {'%floor':>6} {'tgemm/':>6} {'error':>8}  kernel")
+            f"{'floor':>8} {'%floor':>6} {'%copy':>6} {'tgemm/':>6} {'error':>8}  kernel")
     lines = [head, "-" * len(head)]
     for r in doc["rows"]:
         speed = r["tinygemm_us"] / r["us"] if r.get("tinygemm_us") and r.get("us") and r["kind"] == "int4gemv" else None
         lines.append(f"{r['kind']:8} {r['variant']:11} {r['shape']:8} {r['bs']:3d} {int(r['zp']):2d} "
                      f"{r['dtype'] or _DASH:8} {_num(r['M'], '2d'):>2} {_num(r['us'], '8.2f'):>8} "
-                     f"{_num(r['floor_us'], '8.2f'):>8} {_num(r['pct_floor'], '6.1f'):>6} {_num(speed, '6.2f'):>6} "
+                     f"{_num(r['floor_us'], '8.2f'):>8} {_num(r['pct_floor'], '6.1f'):>6} "
+                     f"{_num(r.get('pct_copy'), '6.1f'):>6} {_num(speed, '6.2f'):>6} "
                      f"{_num(r['error'], '8.1e'):>8}  {r.get('kernel') or r.get('note') or ''}"
                      + ("  WRONG" if r.get("ok") is False else ""))
     if doc.get("skipped"):
