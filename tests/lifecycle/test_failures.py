@@ -5,6 +5,8 @@ import pytest
 
 from lifecycle import STREAM_PER_THREAD, CaptureStatus, DriverError, GraphState, LifecycleError
 
+from payloads import capture_payload
+
 
 CAPTURE_UNSUPPORTED = 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 
@@ -100,6 +102,30 @@ def test_cleanup_errors_are_attached_to_the_original_error(backend):
     assert p.counters.pending_cleanup == 1 and p.counters.pinned_buffers == 1
     p.close()  # retries the failed free
     assert p.counters.pending_cleanup == 0 and p.counters.pinned_buffers == 0
+    backend.assert_clean(drv)
+
+
+def test_a_free_that_fails_again_on_close_stays_pending_until_it_succeeds(backend):
+    """A cleanup step that fails a second time (the free of a released graph's staging buffer,
+    failing on release and again on the first close) is kept for the next close, not forgotten:
+    close is clean only once the buffer is really freed."""
+    s, dst = backend.stream(), backend.zeros(8)
+    drv = backend.instrumented()
+    p = backend.provider(drv)
+    capture_payload(p, 7, s, dst, 1.0)
+    drv.fail("mem_free_host")
+    with pytest.raises(DriverError, match="cuMemFreeHost"):
+        p.release(7)
+    assert p.graph_ids() == () and p.counters.pending_cleanup == 1 and p.counters.pinned_buffers == 1
+    drv.fail("mem_free_host")  # the first close's retry fails again
+    with pytest.raises(DriverError, match="cuMemFreeHost") as info:
+        p.close()
+    assert info.value is drv.injected[1]
+    assert p.counters.pending_cleanup == 1 and p.counters.pinned_buffers == 1, \
+        "the free that failed twice was forgotten"
+    p.close()
+    assert p.counters.pending_cleanup == 0 and p.counters.pinned_buffers == 0
+    assert drv.live_resources() == {}, "the driver still holds what the provider forgot"
     backend.assert_clean(drv)
 
 

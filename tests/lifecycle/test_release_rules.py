@@ -158,6 +158,28 @@ def test_close_after_a_failed_warm_up_wait_can_be_retried_until_clean(backend):
     backend.assert_clean(drv)
 
 
+def test_a_release_whose_wait_fails_leaves_the_id_working_as_before(backend):
+    """If release's wait for the graph's work fails, nothing is released and the id stops being
+    "being released": replay, synchronize and release of it then succeed, and close is clean."""
+    s, dst = backend.stream(), backend.zeros(8)
+    drv = backend.instrumented()
+    with backend.provider(drv) as p:
+        capture_payload(p, 7, s, dst, 7.0)
+        p.replay(7)
+        drv.fail("stream_synchronize")  # the wait of the release below
+        with pytest.raises(DriverError, match="cuStreamSynchronize") as info:
+            p.release(7)
+        assert info.value is drv.injected[0]
+        assert p.graph_ids() == (7,) and p.counters.pinned_buffers == 1, "released although the wait failed"
+        p.replay(7)
+        p.synchronize(7)
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 7.0))
+        p.release(7)
+        assert p.graph_ids() == () and p.counters.pinned_buffers == 0
+    assert p.counters.pending_cleanup == 0
+    backend.assert_clean(drv)
+
+
 def test_a_failed_close_keeps_external_buffers_registered(backend):
     s, dst = backend.stream(), backend.zeros(8)
     drv = backend.instrumented({"mem_free_host": 1})

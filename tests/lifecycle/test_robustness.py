@@ -169,6 +169,24 @@ def test_stage_refuses_bad_data_naming_it(backend):
     backend.assert_clean()
 
 
+@pytest.mark.parametrize("shape, named", [((4, 0), r"\(4, 0\)"), (0, r"\(0,\)")], ids=["4x0", "0"])
+def test_a_zero_size_pinned_buffer_is_refused_before_the_driver(backend, shape, named):
+    """pinned() refuses a shape with a zero dimension up front, with a ValueError naming the shape:
+    no driver call is made (no zero-byte cuMemHostAlloc, no capture-mode exchange), nothing is kept."""
+    s = backend.stream()
+    drv = backend.instrumented()
+    with backend.provider(drv) as p:
+        with p.capture(7, stream=s) as cap:
+            before = list(drv.log)
+            with pytest.raises(ValueError, match=f"shape must be positive in every dimension; got {named}"):
+                cap.pinned(shape)
+            assert drv.log == before, f"driver calls made: {drv.log[len(before):]}"
+            assert p.counters.pinned_buffers == 0 and p.buffers(7) == ()
+            cap.pinned((4, 1))  # the capture goes on
+        assert p.counters.pinned_buffers == 1
+    backend.assert_clean(drv)
+
+
 def test_an_exception_in_a_host_function_is_raised_by_the_next_call(backend):
     s, dst, calls = backend.stream(), backend.zeros(8), []
 

@@ -106,6 +106,74 @@ def test_the_released_graphs_objects_live_until_release_returns(backend):
     backend.assert_clean(drv)
 
 
+_DESTROYS = ("graph_exec_destroy", "graph_destroy", "event_destroy", "mem_free_host")
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_release_waits_for_another_threads_synchronize_of_the_same_graph(backend, graphs):
+    """release() destroys a graph's executable graph, events and buffers only once every other
+    thread's synchronize() of that graph has returned (its wait may still use them; an eager
+    record's synchronize waits on its events). Thread A is held inside its driver wait (stream or
+    event synchronize) while thread B releases the graph; B's own wait returns at once, and B must
+    then wait for A: no destroy or free before A's wait has returned, and B returns only after."""
+    s, dst = backend.stream(), backend.zeros(8)
+    drv = backend.instrumented()
+    wait_name = "stream_synchronize" if graphs else "event_synchronize"
+    with backend.provider(drv, graphs=graphs) as p:
+        p.record(7, lambda cap: cap.copy_to_device(dst, cap.stage(np.full(8, 7.0, np.float32))), stream=s)
+        p.replay(7)
+        real_wait = getattr(drv.inner, wait_name)
+        a_inside, b_waited, b_done = threading.Event(), threading.Event(), threading.Event()
+        destroyed_while_a_waited, b_returned_while_a_waited, errors = [], [], []
+
+        def held_wait(*args):
+            me = threading.current_thread()
+            if me is a:  # A: held inside its wait until B's wait ended and B had time to go on
+                a_inside.set()
+                if b_waited.wait(WAIT):
+                    b_done.wait(0.5)  # a release that does not wait for A returns meanwhile
+                try:
+                    return real_wait(*args)  # (on a destroyed event this raises: the bug itself)
+                finally:
+                    destroyed_while_a_waited.append({n: drv.calls[n] - base[n] for n in _DESTROYS
+                                                     if drv.calls[n] > base[n]})
+                    b_returned_while_a_waited.append(b_done.is_set())
+            real_wait(*args)
+            if me is b:
+                b_waited.set()
+
+        def run(fn, done=None):
+            try:
+                fn(7)
+            except Exception as exc:  # reported below
+                errors.append(exc)
+            if done is not None:
+                done.set()
+
+        a = threading.Thread(target=run, args=(p.synchronize,))
+        b = threading.Thread(target=run, args=(p.release, b_done))
+        base = {n: drv.calls[n] for n in _DESTROYS}  # (the warm-up freed its own buffer)
+        drv.inner = _Patched(drv.inner, wait_name, held_wait)
+        try:
+            a.start()
+            assert a_inside.wait(WAIT), "thread A's synchronize never reached its wait"
+            b.start()
+            a.join(WAIT)
+            b.join(WAIT)
+        finally:
+            drv.inner = drv.inner.wrapped
+        assert not a.is_alive() and not b.is_alive(), "a thread hung"
+        assert b_waited.is_set(), "thread B's release never waited for the graph's work"
+        assert destroyed_while_a_waited == [{}], \
+            f"release destroyed or freed the graph's handles while A's synchronize waited: {destroyed_while_a_waited}"
+        assert b_returned_while_a_waited == [False], "release returned while A's synchronize waited"
+        assert errors == [] and p.graph_ids() == ()
+        handle = "graph_exec_destroy" if graphs else "event_destroy"
+        assert drv.calls[handle] > base[handle], "the released graph's handles were never destroyed"
+        np.testing.assert_array_equal(backend.read(dst), np.full(8, 7.0))
+    backend.assert_clean(drv)
+
+
 def test_each_calling_thread_gets_the_providers_context_and_keeps_its_own(backend):
     s, dst = backend.stream(), backend.zeros(8)
     with backend.provider() as p:
