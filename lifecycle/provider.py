@@ -50,7 +50,8 @@ class GraphProvider:
             stream; ``record``-ed steps then re-run on ``replay``.
         capture_guard: a zero-argument callable returning a context manager held from just before
             begin-capture until the capture is instantiated or discarded; for Numba,
-            :func:`lifecycle.numba_glue.hold_deallocations`.
+            :func:`lifecycle.numba_glue.hold_deallocations`. If its exit raises after a capture
+            that succeeded, that error is raised and the graph is kept (``READY``).
         stream_wait_timeout: seconds (> 0; ``float("inf")`` for no bound) an operation waits for a
             stream another operation holds (a capture on it in another thread, or a wait, launch or
             warm-up on it while this one wants to capture there); default

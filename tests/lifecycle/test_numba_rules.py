@@ -103,6 +103,31 @@ def test_a_capture_guard_that_fails_to_start_leaves_the_callers_context_and_the_
     backend.assert_clean(drv)
 
 
+def test_a_capture_guard_that_fails_on_exit_after_a_good_capture_keeps_the_graph(backend):
+    """The capture was instantiated before the guard's exit raised: the guard's error is raised,
+    the graph is kept (READY; documented at ``GraphProvider(capture_guard=)``), and it replays
+    and releases like any other; the caller's context is restored."""
+    s, dst = backend.stream(), backend.zeros(4)
+
+    @contextlib.contextmanager
+    def failing_exit():
+        yield
+        raise GuardFailed
+
+    with backend.provider(capture_guard=failing_exit) as p:
+        before = backend.base.ctx_get_current()
+        with pytest.raises(GuardFailed):
+            with p.capture(7, stream=s) as cap:
+                cap.copy_to_device(dst, cap.stage(np.full(4, 3.0, np.float32)))
+        assert backend.base.ctx_get_current() == before
+        assert p.state(7) is GraphState.READY
+        p.replay(7)
+        p.synchronize(7)
+        np.testing.assert_array_equal(backend.read(dst), np.full(4, 3.0))
+        p.release(7)
+    backend.assert_clean()
+
+
 class Interrupted(BaseException):
     """Like ``KeyboardInterrupt``, without stopping pytest when it escapes."""
 
