@@ -85,6 +85,21 @@ def test_bad_keywords(w, rng, no_launch, kwargs, exc, match):
         ig.gemv(rng.standard_normal(64).astype(np.float16), w, **kwargs)
 
 
+def test_size_one_dimensions_may_have_any_stride(w, rng):
+    """C-contiguity ignores the stride of a size-1 dimension (numpy's rule): ``v[None]``
+    (stride 0) and a ``[1, K]`` row view of a bigger array (a long leading stride) are
+    accepted and give the product of ``v`` as a ``[1, K]`` batch."""
+    v = rng.standard_normal(64).astype(np.float16)
+    want = ig.gemv(v.reshape(1, 64), w)
+    big = np.zeros((3, 128), np.float16)
+    big[1, :64] = v
+    row = big[1:2, :64]
+    assert v[None].strides == (0, 2) and row.strides == (256, 2) and row.flags.c_contiguous
+    long = np.lib.stride_tricks.as_strided(v, shape=(1, 64), strides=(4096, 2))
+    for a in (v[None], row, long):
+        np.testing.assert_array_equal(ig.gemv(a, w), want)
+
+
 def test_host_device_mix_is_refused(w, rng, no_launch):
     a = rng.standard_normal(64).astype(np.float16)
     with pytest.raises(TypeError, match="out must be a CUDA array"):
@@ -122,6 +137,18 @@ def test_bf16_weight_refuses_mixed_dtypes_naming_the_argument(rng, no_launch):
         ig.gemv(rng.standard_normal(64).astype(np.float16), w)
     with pytest.raises(TypeError, match="bias must be bfloat16"):
         ig.gemv(rng.standard_normal(64).astype(BF16), w, bias=np.zeros(8, np.float16))
+
+
+def test_bf16_device_call_without_out_is_refused_naming_out(rng, no_launch):
+    """A bf16 device call must pass ``out``: Numba has no bfloat16 arrays, so the fp16 array
+    gemv would allocate would receive bf16 bits. A bf16 device array is a torch-like bf16
+    tensor (its storage is uint16 bf16 bits); refused before any launch is bound."""
+    w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32, dtype="bfloat16")
+    a = FakeTensor(rng.standard_normal(64).astype(BF16), "torch.bfloat16")
+    with pytest.raises(ValueError, match="out is required for a bfloat16 device call"):
+        ig.gemv(a, w)
+    with pytest.raises(AssertionError, match="launch was prepared"):   # with out it gets through
+        ig.gemv(a, w, out=FakeTensor(np.zeros(8, BF16), "torch.bfloat16"))
 
 
 def test_bad_environment_is_refused_before_launch(w, rng, no_launch, monkeypatch):
