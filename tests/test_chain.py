@@ -144,6 +144,19 @@ def test_bad_chain_input_is_refused(tiny_chain):
         chain.run(np.zeros(32, np.int32))
 
 
+@pytest.mark.parametrize("merged", [True, False], ids=["merged", "separate"])
+def test_weight_bytes_counts_every_projection_and_the_lm_head(tiny_chain, merged):
+    """``weight_bytes``: the INT4 weights, scales and zero points a step reads, lm_head
+    included: every layer projection's ``nbytes`` plus the lm_head's, in either layout, the
+    sum over the chain's launches. Built only: nothing runs."""
+    layers, lm_head = tiny_chain
+    chain = DecodeChain(layers, lm_head, merged=merged, tuning="default")
+    projections = sum(getattr(layer, p).nbytes for layer in layers
+                      for p in ("q", "k", "v", "o", "gate", "up", "down"))
+    assert lm_head.nbytes > 0 and chain.weight_bytes == lm_head.nbytes + projections
+    assert chain.weight_bytes == sum(nbytes for _, _, nbytes in chain.kernels)
+
+
 def test_silu_mul_arguments_are_checked():
     gu, m = cuda.device_array(10, np.float16), cuda.device_array(5, np.float16)
     assert check_silu_mul(gu, m) == 5

@@ -138,6 +138,27 @@ def test_auto_uses_the_table_exact_then_nearest_then_rule():
     assert inel.kernel == "default" and "ineligible" in inel.reason
 
 
+def test_auto_skips_a_table_entry_whose_kernel_is_ineligible():
+    """auto takes a table entry only where its kernel can run the problem: the single_warp
+    entry nearest K=2064 (not a multiple of 32) is passed over for the default kernel."""
+    assert not SW.eligibility(problem(N=151936, K=2064))[0]
+    p = plan("auto", TABLE, "GPU X", N=151936, K=2064)
+    assert p.kernel == "default" and "ineligible" in p.reason and "K=2064" in p.reason
+    assert not any(s.startswith("autotune table") for _, _, s in p.sources)
+
+
+def test_auto_nearest_shape_weighs_k_as_well_as_n():
+    """The nearest measured shape is nearest in log N and log K: at N=2048, K=8000 the entry
+    at K=8192 is taken, not the one at K=2048 (same N)."""
+    table = parse_table({"schema": 2, "devices": {"GPU X": {"entries": [
+        dict(N=2048, K=2048, M=1, block_size=32, zero_points=False, dtype="float16", variant="default"),
+        dict(N=2048, K=8192, M=1, block_size=32, zero_points=False, dtype="float16",
+             variant="single_warp", cols=2, unroll=4)]}}})
+    p = plan("auto", table, "GPU X", N=2048, K=8000)
+    assert p.kernel == "single_warp" and (p.cols, p.unroll) == (2, 4)
+    assert "nearest measured shape on GPU X is N=2048 K=8192" in p.reason
+
+
 def test_auto_table_is_keyed_on_zero_points_and_given_fields_win():
     zp = plan("auto", TABLE, "GPU X", N=4096, zp=True)
     assert zp.kernel == "single_warp" and (zp.cols, zp.unroll) == (8, 2)

@@ -84,6 +84,22 @@ def test_words_chain_computes_the_grid_chains_logits_bit_for_bit(rng, two_layers
         assert (arena == SENTINEL).sum() == arena.size - used.size   # only the padding keeps it
 
 
+@pytest.mark.parametrize("merged", [True, False], ids=["merged", "separate"])
+def test_words_chain_orders_only_the_steps_first_gemv(two_layers, merged):
+    """With the words handoff only the step's first GEMV (layer 0's qkv or q, right after the
+    fill) is an ordinary launch; every later GEMV of every layer, lm_head included, is
+    programmatic and polls its activations. Built only: nothing runs."""
+    layers, lm_head = two_layers
+    chain = DecodeChain(layers, lm_head, merged=merged, tuning="default+pdl",
+                        down_split=SplitK(4, 1, 1), fuse_silu=True, handoff="words")
+    gemvs = [((name, layer), op.programmatic) for (name, layer, _), op in zip(chain.kernels, chain._ops)
+             if name not in ("fill", "down")]     # the GEMV launches (down: the split-K kernel)
+    assert chain.kernels[0][0] == "fill" and gemvs[0] == (("qkv" if merged else "q", 0), False)
+    assert {layer for (_, layer), _ in gemvs} == {0, 1, -1}      # both layers and lm_head
+    assert len(gemvs) == 2 * (3 if merged else 6) + 1
+    assert all(programmatic for _, programmatic in gemvs[1:]), gemvs
+
+
 def test_the_fill_resets_every_vector_of_the_arena(two_layers):
     layers, lm_head = two_layers
     chain = DecodeChain(layers, lm_head, tuning="default+pdl", down_split=SplitK(4, 1, 1), fuse_silu=True,

@@ -111,6 +111,23 @@ def test_split_k_refuses_bad_input(rng):
         SplitKLaunch(a, w, out, max_blocks=0)
 
 
+def test_split_k_takes_a_block_of_exactly_1024_threads(rng):
+    """CUDA's block limit is 1024 threads inclusive: a shape needing exactly 1024 (K=64: one
+    chunk, 32 column warps; K=4096 at unroll 4: two chunks, 16 warps) is accepted and sized to
+    it, one warp more is refused. Built only: nothing is launched."""
+    a, out = cuda.to_device(np.zeros(64, np.float16)), cuda.to_device(np.zeros(8, np.float16))
+    w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
+    assert SplitKLaunch(a, w, out, shape=SplitK(col_warps=32)).block == (1024,)
+    with pytest.raises(ValueError, match="= 1056 threads for K=64; a block has at most 1024"):
+        SplitKLaunch(a, w, out, shape=SplitK(col_warps=33))
+    wide = ig.quantize(rng.standard_normal((8, 4096)).astype(np.float32), 32)
+    a = cuda.to_device(np.zeros(4096, np.float16))
+    assert SplitK(unroll=4).chunks(4096) == 2
+    assert SplitKLaunch(a, wide, out, shape=SplitK(unroll=4, col_warps=16)).block == (1024,)
+    with pytest.raises(ValueError, match="2 chunks x 17 warps = 1088 threads"):
+        SplitKLaunch(a, wide, out, shape=SplitK(unroll=4, col_warps=17))
+
+
 ONE_LAYER = ChainShape(layers=1, hidden=32, intermediate=64, q_dim=32, kv_dim=16, vocab=48)
 
 

@@ -164,6 +164,17 @@ def test_m1_halves_columns_below_four_warps_per_sm(M, N, cols, warps):
     assert (f"SMs {warps} warps" in why) == (cols < (4 if M == 1 else 2))
 
 
+@pytest.mark.parametrize("M, blocks", [(2, 4), (4, 4), (5, 2), (8, 2)])
+def test_cuda_core_tiling_keeps_four_blocks_per_sm_up_to_m4(M, blocks):
+    """The default tiling on CUDA cores with several columns: 4 resident blocks per SM up to
+    M = 4, 2 beyond (measured on the H200, bench/NOTES.md). N = K = 4096 keeps it off the
+    tensor-core folds at every M here."""
+    from int4gemv.kernels.default import choose_config
+
+    config = choose_config(M, 4096, 4096, 32, "float16", False, multiprocessors=132)
+    assert not config.mma and config.cols == 2 and config.blocks_per_sm == blocks
+
+
 def test_explain_shows_every_field_and_its_source(rng, monkeypatch):
     w = ig.quantize(rng.standard_normal((8, 64)).astype(np.float32), 32)
     a = rng.standard_normal(64).astype(np.float16)
