@@ -160,3 +160,31 @@ def test_a_device_the_driver_does_not_have_is_named_before_its_context_is_retain
     with GraphProvider(sim, device=count - 1):
         pass
     sim.close()
+
+
+class _Strided2D:
+    """A 2-D (4, 8) float32 view of a device array, with explicit ``strides``."""
+
+    def __init__(self, base, strides):
+        self.base, cai = base, base.__cuda_array_interface__
+        self.__cuda_array_interface__ = {"shape": (4, 8), "typestr": np.dtype(np.float32).str,
+                                         "data": cai["data"], "strides": strides, "version": 3}
+
+
+def test_copy_to_device_takes_a_c_contiguous_2d_destination_and_refuses_a_fortran_one(backend):
+    """``dst`` may be any C-contiguous CUDA array: explicit strides are checked from the last
+    dimension inwards, so a (4, 8) float32 array with strides (32, 4) is taken (the values land in
+    order), and a Fortran-order one (strides (4, 16)) is a ValueError naming ``dst`` before the copy."""
+    s, flat = backend.stream(), backend.zeros(32)
+    drv = backend.instrumented()
+    with backend.provider(drv) as p:
+        with pytest.raises(ValueError, match="dst must be C-contiguous"):
+            with p.capture(2, stream=s) as cap:
+                cap.copy_to_device(_Strided2D(flat, (4, 16)), cap.stage(np.ones(32, np.float32)))
+        assert drv.calls["memcpy_htod_async"] == 0, "the copy reached the driver"
+        with p.capture(1, stream=s) as cap:
+            cap.copy_to_device(_Strided2D(flat, (32, 4)), cap.stage(np.arange(32, dtype=np.float32)))
+        p.replay(1)
+        p.synchronize(1)
+        np.testing.assert_array_equal(backend.read(flat), np.arange(32, dtype=np.float32))
+    backend.assert_clean(drv)

@@ -230,3 +230,25 @@ def test_a_failure_at_every_injection_point_keeps_the_error_and_leaks_nothing(ba
     with backend.provider(backend.instrumented()) as p:
         _assert_stream_reusable(backend, p, stream)
     backend.assert_clean()
+
+
+def test_host_funcs_counts_the_host_functions_of_cleanup_still_pending(backend):
+    """``counters.host_funcs`` counts every host function the provider still holds, including
+    those of work kept for cleanup because awaiting it failed (here: the warm-up run of a record,
+    whose stream synchronize fails): 1 while that cleanup is pending, 0 once close() retried it."""
+    s, dst = backend.stream(), backend.zeros(16)
+    drv = backend.instrumented({"stream_synchronize": 1})  # awaiting the warm-up run fails
+    p = backend.provider(drv)
+
+    def step(cap):
+        cap.copy_to_device(dst, cap.stage(np.full(16, 3.0, np.float32)))
+        cap.host_func(lambda: None)
+
+    with pytest.raises(DriverError, match="cuStreamSynchronize") as info:
+        p.record(7, step, stream=s)
+    assert info.value is drv.injected[0]
+    assert p.graph_ids() == () and p.counters.pending_cleanup == 1
+    assert p.counters.host_funcs == 1, "the pending cleanup's host function is not counted"
+    p.close()  # retries: awaits the warm-up run, then frees its buffer and host function
+    assert p.counters.pending_cleanup == 0 and p.counters.host_funcs == 0
+    backend.assert_clean(drv)

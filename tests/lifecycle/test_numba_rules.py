@@ -146,3 +146,22 @@ def test_leaving_the_with_block_keeps_the_users_error_over_any_close_error(backe
             monkeypatch.setattr(p, "close", interrupted_close)
             raise Boom
     assert [type(e) for e in caught.value.cleanup_errors] == [Interrupted]
+
+
+def test_a_capture_whose_body_raises_leaves_the_callers_context_current(backend):
+    """A capture makes the provider's context current for its body; when the body raises, the
+    caller's own context (here: none) is current again once the error reaches the caller."""
+    s = backend.stream()
+    with backend.provider() as p:
+        before = backend.base.ctx_get_current()
+        backend.base.ctx_set_current(0)  # the caller has no current context
+        try:
+            with pytest.raises(Boom):
+                with p.capture(7, stream=s) as cap:
+                    cap.stage(np.ones(4, np.float32))
+                    raise Boom
+            assert backend.base.ctx_get_current() == 0, "the provider's context was left current"
+        finally:
+            backend.base.ctx_set_current(before)
+        assert 7 not in p.graph_ids()
+    backend.assert_clean()

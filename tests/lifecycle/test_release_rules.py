@@ -268,3 +268,35 @@ def test_every_method_runs_in_the_providers_context_and_restores_the_callers(two
         assert b.base.ctx_get_current() == caller_ctx, f"call {step} left another context current"
     assert watch.wrong == []
     b.assert_clean(drv)
+
+
+def test_marking_one_threads_eager_run_leaves_another_threads_unmarked_work_awaited(backend):
+    """``GraphRecord.mark_run`` marks only the calling thread's work (its key on the per-thread
+    stream): another thread's work whose event was never recorded stays *unmarked*, and
+    ``wait_steps`` still waits for it (``cuCtxSynchronize``, as that thread's stream cannot be
+    named from here)."""
+    from lifecycle.record import GraphRecord, run_actions
+    from lifecycle.threads import current
+
+    drv = backend.instrumented()
+    record = GraphRecord(graph_id=7, stream=STREAM_PER_THREAD, eager=True)
+    other = []
+
+    def issue_elsewhere():  # thread B issues work and never marks it (its event record failed)
+        record.mark_issuing()
+        other.append(current())
+
+    record.mark_issuing()
+    worker = threading.Thread(target=issue_elsewhere)
+    worker.start()
+    worker.join(WAIT)
+    assert len(record.unmarked) == 2
+    record.mark_run(drv)  # this thread's work is marked with an event
+    assert record.unmarked == {(STREAM_PER_THREAD, other[0])}, "another thread's unmarked work was forgotten"
+    before = drv.calls["ctx_synchronize"]
+    for step in record.wait_steps(drv):
+        step()
+    assert drv.calls["ctx_synchronize"] == before + 1, "release no longer waits for the other thread's work"
+    assert run_actions(record.teardown(drv)) == ([], [])
+    assert record.events == {}
+    backend.assert_clean(drv)

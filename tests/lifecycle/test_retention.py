@@ -117,3 +117,26 @@ def test_retained_objects_live_until_release(backend):
         gc.collect()
         assert ref() is None
     backend.assert_clean()
+
+
+def test_an_eager_replay_copies_what_the_staged_buffer_holds_at_replay_time(backend):
+    """With graphs disabled, a replay re-runs the step with the first run's staging buffers *as
+    they are*: ``stage`` does not overwrite them with the step's data again, so new data written
+    into the staged buffer between runs is what the replay copies (as a graph replay would)."""
+    s, dst = backend.stream(), backend.zeros(32)
+
+    def step(cap):
+        cap.copy_to_device(dst, cap.stage(np.full(32, 1.0, np.float32)))
+
+    with backend.provider(graphs=False) as p:
+        p.record(7, step, stream=s)
+        p.synchronize(7)
+        np.testing.assert_array_equal(backend.read(dst), np.full(32, 1.0))
+        for value in (2.0, 3.0):
+            (buf,) = p.buffers(7)
+            buf.array[:] = value  # update the staged input between replays
+            p.replay(7)
+            p.synchronize(7)
+            np.testing.assert_array_equal(backend.read(dst), np.full(32, value))
+        assert p.counters.pinned_buffers == 1
+    backend.assert_clean()
