@@ -285,3 +285,23 @@ def test_a_given_tuning_no_kernel_has_names_the_tuning_argument(w, rng, no_launc
     with pytest.raises(ValueError, match=r"cols=16 \(argument tuning=\) and unroll=4 \(argument tuning=\)"):
         ig.gemv(rng.standard_normal(64).astype(np.float16), w,
                 tuning=ig.Tuning("single_warp", cols=16, unroll=4))
+
+
+def test_a_cuda_stream_protocol_object_gives_the_handle_not_the_version():
+    """``__cuda_stream__()`` returns ``(version, handle)``: ``stream_handle`` takes the handle."""
+    from int4gemv.device import stream_handle
+
+    class ProtocolStream:
+        def __cuda_stream__(self):
+            return (0, 0x1234)
+    assert stream_handle(ProtocolStream()) == 0x1234
+
+
+@pytest.mark.parametrize("cc, pdl", [((9, 0), True), ((10, 0), True), ((8, 9), False), ((8, 0), False)])
+def test_programmatic_dependent_launch_needs_compute_capability_9_0_or_newer(monkeypatch, cc, pdl):
+    """Off the simulator, PDL is supported from compute capability 9.0 (Hopper) on, 9.0 included."""
+    import int4gemv.device as device
+
+    monkeypatch.setattr(device, "simulated", lambda: False)
+    monkeypatch.setattr(device, "device_facts", lambda: ("fake GPU", 132, cc))
+    assert device.supports_pdl() is pdl

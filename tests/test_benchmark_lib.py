@@ -396,3 +396,53 @@ def test_measure_replays_queues_the_timed_replays_behind_a_running_one(monkeypat
     assert log == ["replay", "wait", "replay", "event", "replay", "event", "replay", "event",
                    "replay", "event", "wait event"]
     assert t.us == t.p10_us == t.p90_us == 1e3 / 4 and t.replays == 3
+
+
+# -- the numbers a row reports ------------------------------------------------------------------------------
+def test_a_timing_from_samples_is_the_median_and_the_10th_and_90th_percentiles():
+    """``Timing.from_samples``: ``us`` the median, ``p10_us``/``p90_us`` numpy's 10th/90th
+    percentiles of the per-launch samples (so p10 <= median <= p90 on uneven samples)."""
+    from int4gemv.benchmark.timing import Timing
+
+    samples = [5.0, 1.0, 9.0, 2.0, 3.0, 40.0, 4.0]
+    t = Timing.from_samples(samples, launches=20)
+    assert t.us == np.median(samples) and t.p10_us == np.percentile(samples, 10)
+    assert t.p90_us == np.percentile(samples, 90)
+    assert t.p10_us < t.us < t.p90_us and (t.replays, t.launches) == (7, 20)
+
+
+def test_percent_of_copy_and_of_floor_are_exact():
+    """``pct_copy`` = 100 * bytes / seconds / copy bandwidth (1 MB in 1 µs at 2000 GB/s: 50 %),
+    ``gbs`` = bytes / µs / 1e3; ``pct_floor`` = 100 * the floor's µs / the row's µs (a row twice
+    as slow as the ``stream`` floor: 50 %)."""
+    from types import SimpleNamespace
+
+    from int4gemv.benchmark.timing import Timing
+    from int4gemv.benchmark.timing_row import GemvTiming
+
+    def row(**kw):
+        return GemvTiming(method="int4gemv", family="int4gemv", N=8, K=64, M=1, block_size=32,
+                          bytes=10**6, simulated=False, **kw)
+    filled = GemvBench._fill(SimpleNamespace(copy_bw=2000e9), row(), Timing(1.0, 0.9, 1.2, 30, 20), None)
+    assert filled.pct_copy == pytest.approx(50.0) and filled.gbs == pytest.approx(1000.0)
+    assert (filled.us, filled.p10_us, filled.p90_us, filled.replays, filled.launches) == (1.0, 0.9, 1.2, 30, 20)
+    bench = SimpleNamespace(floor=lambda: row(us=4.0))
+    slow = GemvBench._with_floor(bench, row(us=8.0))
+    assert slow.floor_us == 4.0 and slow.pct_floor == pytest.approx(50.0)
+
+
+def test_a_speed_up_is_shown_only_against_a_peer_of_the_same_shape_and_m():
+    """``format_rows``: an int4gemv row's ``x peer`` column compares it with that peer timed on
+    the same N, K *and* M; a peer timed only at M=8 gives an M=1 row no speed-up (a dash)."""
+    from int4gemv.benchmark.table import format_rows
+    from int4gemv.benchmark.timing_row import GemvTiming
+
+    def row(method, family, M, us):
+        return GemvTiming(method=method, family=family, N=8, K=64, M=M, block_size=32, bytes=1000,
+                          simulated=False, us=us)
+    text = format_rows([row("int4gemv", "int4gemv", 1, 10.0), row("int4gemv", "int4gemv", 8, 40.0),
+                        row("torch", "peer", 8, 20.0)])
+    lines = text.splitlines()
+    assert lines[0].split()[-2:] == ["x", "torch"]
+    assert lines[2].split()[1] == "1" and lines[2].split()[-1] == "—"   # M=1: no peer at M=1
+    assert lines[3].split()[1] == "8" and lines[3].split()[-1] == "0.50"

@@ -354,3 +354,14 @@ def test_the_host_cost_probe_measures_every_call_form():
         from bench import eager_host_cost
         with pytest.raises(RuntimeError, match="simulator only"):
             eager_host_cost.measure(calls=1, repeats=1)
+
+
+def test_a_host_bias_after_a_cached_device_call_is_refused_as_a_mix(rng):
+    """A call key is made only when every given array has one: a numpy ``bias`` on the device
+    path (no key) misses the cache and is refused as a host/device mix, even right after a cached
+    call of the same ``a`` and ``out`` without bias (it is never silently dropped)."""
+    w, _, a, out = _small(rng)
+    ig.gemv(a, w, out=out)
+    ig.gemv(a, w, out=out)
+    with pytest.raises(TypeError, match="bias"):
+        ig.gemv(a, w, out=out, bias=np.zeros(8, np.float16))

@@ -98,3 +98,14 @@ def test_each_attribute_asked_for_is_set_once(programmatic, cooperative, ids):
     assert [config.attrs[i].id for i in range(len(ids))] == ids          # through the pointer
     assert [config.attrs[i].value[0] for i in range(len(ids))] == [1] * len(ids)
     assert [a.id for a in attributes] == ids
+
+
+def test_an_array_without_strides_is_passed_with_c_contiguous_byte_strides():
+    """An array interface with no ``strides`` is C-contiguous: the kernel gets byte strides
+    outermost first, (128, 2) for a (2, 64) float16 array, after size, itemsize and pointer."""
+    from types import SimpleNamespace
+
+    arr = SimpleNamespace(__cuda_array_interface__={"shape": (2, 64), "typestr": "<f2",
+                                                    "data": (0x1000, False), "version": 3})
+    params = [p.value for p in launcher._array_params(arr)]
+    assert params[2:] == [128, 2, 0x1000, 2, 64, 128, 2]

@@ -111,3 +111,23 @@ def test_cached_launch_is_reused_and_keyed_on_arrays_tuning_and_weight(rng):
         assert pipeline.cached_launch_count() == count
         assert _err(out.copy_to_host().astype(np.float64), ig.reference_gemv(a_h, w)) < 2e-3
     assert not hasattr(w1, "_launches")
+
+
+def test_a_prepared_call_launches_on_the_stream_it_is_given():
+    """``prepared(stream)`` launches its bound launch with ``stream``'s raw handle (as
+    :func:`int4gemv.device.stream_handle` reads it), not on the default stream."""
+    from types import SimpleNamespace
+
+    from int4gemv.prepared import PreparedGemv
+
+    class Bound:
+        def __init__(self):
+            self.handles = []
+
+        def launch(self, handle):
+            self.handles.append(handle)
+    out = object()
+    run = PreparedGemv(None, Bound(), out, ())
+    assert run(SimpleNamespace(cuda_stream=0x55)) is out   # a torch/CuPy-like stream object
+    assert run(0x77) is out and run() is out
+    assert run.bound.handles == [0x55, 0x77, 0]

@@ -104,3 +104,32 @@ def test_the_choice_is_the_fastest_candidate_and_is_cached_per_size_class():
         assert size_class(1 << 20) == size_class((1 << 22) - 1) != size_class(1 << 22)
     finally:
         clear_choices()
+
+
+def test_the_choice_is_cached_per_device_too():
+    """The cached choice is keyed on the device as well as the size class: the same weight on a
+    second device key is swept again (and may choose differently)."""
+    clear_choices()
+    w = random_weight(4, 64, 32, rng=2).to_device()
+    calls = []
+    fastest = {}
+
+    def fake_timer(issue, launches, replays):
+        config = issue.__self__.config
+        calls.append(config)
+
+        class T:
+            us = 1.0 if (config.width, config.unroll, config.blocks_per_sm) == fastest.get("now") else 2.0
+        return T()
+
+    try:
+        fastest["now"] = (8, 2, 8)
+        first = choose([w], fake_timer, device_key=(0, "gpu A"), multiprocessors=1)
+        fastest["now"] = (CANDIDATES[0].width, CANDIDATES[0].unroll, CANDIDATES[0].blocks_per_sm)
+        second = choose([w], fake_timer, device_key=(1, "gpu B"), multiprocessors=1)
+        assert len(calls) == 2 * len(CANDIDATES)                    # a second sweep
+        assert first == StreamConfig(8, 2, 256, 8) and second == CANDIDATES[0] != first
+        assert choose([w], fake_timer, device_key=(0, "gpu A"), multiprocessors=1) == first
+        assert len(calls) == 2 * len(CANDIDATES)
+    finally:
+        clear_choices()
