@@ -277,6 +277,26 @@ def test_keys_of_things_that_are_not_device_arrays_are_none():
     assert array_key("abc") is None and array_key([1.0]) is None
 
 
+class _Interface:
+    """A CUDA array seen only through ``__cuda_array_interface__`` (as CuPy's are)."""
+
+    def __init__(self, shape, strides, pointer=0x7000):
+        self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": "<f2",
+                                         "data": (pointer, False), "version": 3}
+
+
+def test_an_interface_arrays_key_reads_its_strides_pointer_shape_and_dtype():
+    """Two views of one pointer and shape that differ in their strides (a square ``out`` and its
+    transpose) must not share a key: the cached launch of one would serve the other, which
+    validation would refuse as not C-contiguous."""
+    base = array_key(_Interface((8, 8), (16, 2)))
+    assert base == array_key(_Interface((8, 8), (16, 2)))
+    assert base != array_key(_Interface((8, 8), (2, 16)))    # the transpose
+    assert base != array_key(_Interface((8, 8), None))       # C order stated by omission
+    assert base != array_key(_Interface((8, 8), (16, 2), pointer=0x8000))
+    assert base != array_key(_Interface((4, 16), (32, 2)))
+
+
 @pytest.mark.gpu
 def test_real_torch_tensors_resized_or_repointed_in_place_are_seen(rng):
     torch = pytest.importorskip("torch")
