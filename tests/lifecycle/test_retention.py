@@ -45,16 +45,21 @@ def test_two_owned_ids_keep_separate_payloads_until_their_own_release(backend):
     backend.assert_clean()
 
 
+def _replays_read_the_buffer_as_it_is(backend, p, dst):
+    """Graph 7's one staged buffer is rewritten between replays; each replay copies what it holds."""
+    for value in (2.0, 3.0):
+        (buf,) = p.buffers(7)
+        buf.array[:] = value  # update the staged input between replays
+        p.replay(7)
+        p.synchronize(7)
+        np.testing.assert_array_equal(backend.read(dst), np.full(32, value))
+
+
 def test_replay_reads_the_retained_buffer_as_it_is_at_replay_time(backend):
     s, dst = backend.stream(), backend.zeros(32)
     with backend.provider() as p:
         capture_payload(p, 7, s, dst, 1.0)
-        for value in (2.0, 3.0):
-            (buf,) = p.buffers(7)
-            buf.array[:] = value  # update the staged input between replays
-            p.replay(7)
-            p.synchronize(7)
-            np.testing.assert_array_equal(backend.read(dst), np.full(32, value))
+        _replays_read_the_buffer_as_it_is(backend, p, dst)
     backend.assert_clean()
 
 
@@ -132,11 +137,6 @@ def test_an_eager_replay_copies_what_the_staged_buffer_holds_at_replay_time(back
         p.record(7, step, stream=s)
         p.synchronize(7)
         np.testing.assert_array_equal(backend.read(dst), np.full(32, 1.0))
-        for value in (2.0, 3.0):
-            (buf,) = p.buffers(7)
-            buf.array[:] = value  # update the staged input between replays
-            p.replay(7)
-            p.synchronize(7)
-            np.testing.assert_array_equal(backend.read(dst), np.full(32, value))
+        _replays_read_the_buffer_as_it_is(backend, p, dst)
         assert p.counters.pinned_buffers == 1
     backend.assert_clean()
