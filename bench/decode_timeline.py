@@ -67,17 +67,17 @@ def kind_summary(spans) -> list:
     floor``, ``handoff`` and ``drain`` (:func:`handoffs`); ``adds_total``. Pure."""
     kinds = {}
     for r, (handoff, drain) in zip(spans, handoffs(spans)):
-        kinds.setdefault(r["name"], []).append((r, handoff, drain))
+        kinds.setdefault(r["name"], []).append(dict(r, handoff=handoff, drain=drain))
     out = []
     for name, rows in kinds.items():
-        med = lambda key: float(np.median([key(*x) for x in rows]))  # noqa: E731
-        floor = med(lambda r, h, d: r["floor"])
-        adds = med(lambda r, h, d: r["adds"])
-        out.append(dict(kind=name, launches=len(rows), span=med(lambda r, h, d: r["end"] - r["start"]),
-                        resident=med(lambda r, h, d: r["last_entry"] - r["start"]),
-                        overlap=med(lambda r, h, d: r["overlap"]), adds=adds, floor=floor,
-                        x_floor=adds / floor if floor else None, handoff=med(lambda r, h, d: h),
-                        drain=med(lambda r, h, d: d), adds_total=float(sum(x[0]["adds"] for x in rows))))
+        med = lambda key: float(np.median([key(r) for r in rows]))  # noqa: E731
+        floor = med(lambda r: r["floor"])
+        adds = med(lambda r: r["adds"])
+        out.append(dict(kind=name, launches=len(rows), span=med(lambda r: r["end"] - r["start"]),
+                        resident=med(lambda r: r["last_entry"] - r["start"]), overlap=med(lambda r: r["overlap"]),
+                        adds=adds, floor=floor, x_floor=adds / floor if floor else None,
+                        handoff=med(lambda r: r["handoff"]), drain=med(lambda r: r["drain"]),
+                        adds_total=float(sum(r["adds"] for r in rows))))
     return out
 
 

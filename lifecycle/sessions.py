@@ -87,9 +87,9 @@ def wait_for_no_session(reg: Registry, op: str, deadline: float | None) -> None:
     while reg.session is not None:
         session = reg.session
         left = 0.0 if deadline is None else deadline - time.monotonic()
-        if session.thread is current() or left <= 0:
-            waited = "" if deadline is None or session.thread is current() else \
-                f"waited {reg.stream_wait_timeout:g} s: "
+        mine = session.thread is current()
+        if mine or left <= 0:
+            waited = "" if deadline is None or mine else f"waited {reg.stream_wait_timeout:g} s: "
             raise CaptureError(f"cannot {op}: {waited}graph {session.record.graph_id} is being captured "
                                f"(thread {session.thread}); one capture at a time per provider")
         reg.idle.wait(left)
