@@ -63,6 +63,16 @@ CASES = {
                                                    dict(mma=True, cols=2, lanes=4))),
     "default fp16 bs16 zp mma c2l4u1b4": ("default", ("float16", 16, True,
                                                       dict(mma=True, cols=2, lanes=4))),
+    # session 32: the unstaged (direct) mma fold, through the M = 1 K split (never staged)
+    "default fp16 bs32 mma c2l4u2b4w4k4": ("default", ("float16", 32, False,
+                                                     dict(mma=True, cols=2, lanes=4, ksplit=4))),
+    "default bf16 bs32 mma c2l4u2b4w4k4": ("default", ("bfloat16", 32, False,
+                                                     dict(mma=True, cols=2, lanes=4, ksplit=4))),
+    "default fp16 bs32 mma c2l4u2b2w8k8": ("default", ("float16", 32, False,
+                                                     dict(mma=True, cols=2, lanes=4, warps=8, ksplit=8,
+                                                          blocks_per_sm=2))),
+    "default fp16 bs16 zp mma c2l4u2b4w4k4": ("default", ("float16", 16, True,
+                                                        dict(mma=True, cols=2, lanes=4, ksplit=4))),
 }
 
 

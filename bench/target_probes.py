@@ -18,7 +18,7 @@ def parse_config(text: str) -> dict:
     """``"c4u1b5p"`` -> ``{"cols": 4, "unroll": 1, "blocks_per_sm": 5, "pipeline": True,
     "mma": False}``, ``"c2l4u2b4m"`` -> ``{"cols": 2, "lanes": 4, ..., "mma": True}`` (``l``: lanes
     per column, else the chooser's; ``w``: warps per block, else the chooser's; ``m``: the
-    tensor-core fold; ``kK``: ``K`` warps of a block share a column group, M > 1 mma only; a last
+    tensor-core fold; ``kK``: ``K`` warps of a block share a column group, mma only; a last
     ``dD``: each warp of an SM waits ``D`` SM cycles per rank before its first loads, :mod:`int4gemv.kernels.stagger`):
     a default-tiling override timed as a ``kind="probe"`` row (``ValueError``
     if malformed). A trailing ``x0`` / ``x2``
@@ -144,10 +144,11 @@ def probe_row(text, ws, a, out, ref, floor, tg, copies, timer, args, sms, where)
         t = check_and_time(row, bound, kernel, out, ref, copies, timer, args.replays, floor, nbytes, pct)
         err = row["error"]
         fallback = ""
-        if config.mma and config.M == 1 and not stages_row(config, N, K, sms):
-            # session 14: c2l4u2b5m timed this fallback under the mma label (bench/NOTES.md)
-            fallback = " CUDA-core fallback (row not staged: too few column groups per warp, or K)"
-            row["note"] = "mma requested; the grid does not stage the row, so the CUDA-core fold ran"
+        if config.mma and config.M == 1 and (config.ksplit > 1 or not stages_row(config, N, K, sms)):
+            # session 14: c2l4u2b5m timed an unstaged grid under the mma label (bench/NOTES.md);
+            # since session 32 such a grid takes the direct mma fold (kernels/default_mma.py)
+            fallback = " direct (row not staged: a K split, too few column groups per warp, or K)"
+            row["note"] = "mma requested; the grid does not stage the row, so the direct mma fold ran"
         if stage != "rule":
             fallback += f" row stage: {stage}"
         if fold != 1:

@@ -350,21 +350,25 @@ def test_mma_fold_at_unroll_4(rng, dtype, bs, zp):
 
 
 def _count_mma_calls(monkeypatch):
-    """A list that gets one entry per ``mma_f16`` call of the fold (simulator only: on the GPU the
-    kernel is compiled and the list stays empty)."""
+    """A list that gets one entry per ``mma_f16``/``mma_bf16`` call of the fold (simulator only:
+    on the GPU the kernel is compiled and the list stays empty)."""
     from int4gemv.kernels import default_mma
     calls = []
     if SIMULATED:
-        real = default_mma.mma_f16
-        monkeypatch.setattr(default_mma, "mma_f16", lambda *args: calls.append(1) or real(*args))
+        for name in ("mma_f16", "mma_bf16"):
+            real = getattr(default_mma, name)
+            monkeypatch.setattr(default_mma, name,
+                                lambda *args, real=real: calls.append(1) or real(*args))
     return calls
 
 
 @pytest.mark.parametrize("case", ["bf16 out of range", "few groups", "long row"])
-def test_mma_config_folds_on_cuda_cores_where_the_row_is_not_staged(rng, monkeypatch, case):
+def test_mma_config_folds_directly_where_the_row_is_not_staged(rng, monkeypatch, case):
     # A bf16 row past the fp16 range (scale 2**45), a grid whose warps have too few groups for
-    # the stage (N = 13: 1 group), K > STAGE_MAX_K: the same config takes the scalar fold. On the
-    # simulator the mma calls are counted: none.
+    # the stage (N = 13: 1 group), K > STAGE_MAX_K: the same config takes the direct fold (its
+    # activations loaded by the lanes that feed B, the offset sums from a second mma; bf16 on
+    # bf16 tensor cores, in any range). On the simulator the mma calls are counted: one a word
+    # for the products, one for the sums, two half-words each (K / 8 words of a column pair).
     dtype = "bfloat16" if case == "bf16 out of range" else "float16"
     N, K = (13, 72) if case == "few groups" else (69, STAGE_MAX_K + 40 if case == "long row" else 72)
     a, w, bias = make(rng, N, K, 32, False, 1, dtype)
@@ -374,7 +378,39 @@ def test_mma_config_folds_on_cuda_cores_where_the_row_is_not_staged(rng, monkeyp
     calls = _count_mma_calls(monkeypatch)
     y, _ = run(a, w, bias, dtype, config=_mma(dtype, K, 32, False), multiprocessors=1)
     check(y, a, w, bias, dtype)
-    assert not calls
+    assert calls or not SIMULATED
+
+
+# -- the M = 1 K split (kernels/default_mma.py's direct fold, default_mma_batch.ksplit_walk) ----
+
+def _ksplit(dtype, K, bs, zp, ksplit, warps=4, unroll=1, pdl=False):
+    return mma_config(dtype, 1, K, bs, zp, unroll=unroll, warps=warps, ksplit=ksplit, pdl=pdl)
+
+
+@pytest.mark.parametrize("dtype, bs, zp, K, N, ksplit, warps, unroll", [
+    ("float16", 32, False, 264, 33, 2, 4, 2),    # 2 groups a round, the third group partial
+    ("bfloat16", 16, True, 136, 17, 4, 4, 1),    # two groups a chunk, a last word alone
+    ("float16", 64, True, 520, 20, 4, 8, 2),     # 8 warps: 2 groups a block, the 2nd one partial
+    ("bfloat16", 128, False, 1032, 16, 2, 2, 2),  # a whole group past the 4 stripes' chunks
+])
+def test_mma_ksplit_at_m1_every_format(rng, dtype, bs, zp, K, N, ksplit, warps, unroll):
+    # M = 1 with ksplit warps a column group: the direct fold on every warp part's stripes
+    # (chunk stride 4 * ksplit), the parts summed in shared memory and then over the column's
+    # 4 lanes, on one SM (the grid walks several rounds where N allows).
+    a, w, bias = make(rng, N, K, bs, zp, 1, dtype)
+    config = _ksplit(dtype, K, bs, zp, ksplit, warps=warps, unroll=unroll, pdl=bs == 64)
+    y, _ = run(a, w, bias, dtype, config=config, multiprocessors=1)
+    check(y, a, w, bias, dtype)
+
+
+def test_mma_ksplit_at_m1_rules():
+    DefaultConfig("float16", 1, 32, False, cols=2, lanes=4, warps=4, mma=True, ksplit=4)
+    for bad in (dict(mma=False), dict(pipeline=True), dict(pdl=True, words=True)):
+        with pytest.raises(ValueError, match="ksplit"):
+            DefaultConfig("float16", 1, 32, False, **{**dict(cols=2, lanes=4, warps=4, mma=True,
+                                                             ksplit=4), **bad})
+    with pytest.raises(ValueError, match="ksplit"):   # dividing the block's warps
+        DefaultConfig("float16", 1, 32, False, cols=2, lanes=4, warps=2, mma=True, ksplit=4)
 
 
 def test_stages_row_says_where_the_mma_fold_runs():

@@ -18,7 +18,7 @@ lanes share a column and lane ``s`` of them takes the column's chunks ``s, s + l
       K:  | chunk 0 | chunk 1 | ... | chunk L-1 | chunk L | ... |
             lane s=0  lane s=1        lane s=L-1  lane s=0  (next u or step)
     grid: blocks_per_sm blocks per SM (launch bounds), warp w takes groups w, w + warps, ...
-    (``ksplit`` > 1, M > 1 on tensor cores: ``ksplit`` warps share a group, warp part kp taking
+    (``ksplit`` > 1, on tensor cores: ``ksplit`` warps share a group, warp part kp taking
     stripes kp * L + s of L * ksplit: :func:`.default_mma_batch.ksplit_walk`)
 
 A *step* is ``unroll`` chunks of each of the lane's ``cols`` columns: all its 16-byte weight loads
@@ -89,7 +89,7 @@ def default_kernel(config: DefaultConfig):
     BS, ZP, WARPS = config.block_size, config.zero_points, config.warps
     ACT_VEC, W_VEC, PDL, WORDS = config.act_vector, config.weight_vector, config.pdl, config.words
     PIPELINE, STAGGER = config.pipeline, config.stagger
-    KS = config.ksplit                   # warps sharing a column group (M > 1 mma only)
+    KS = config.ksplit                   # warps sharing a column group (mma only)
     STRIPES = L * KS                     # chunk stripes of a column group
     RED = reduction_shape(config)        # the K split's shared sums (1, 1, 1 without it)
     P = 32 // L
@@ -101,7 +101,8 @@ def default_kernel(config: DefaultConfig):
     RANGE_CHECK = SCALAR and not F16     # bf16 M = 1: fp16 arithmetic where the row allows it
     STAGED = RANGE_CHECK or (config.mma and SCALAR)   # M = 1 folds that read the row from a shared stage
                                          # where the grid allows (default_config.stages_row)
-    STAGE = STAGE_SIZE if STAGED else 1   # the re-paired activations, a word per warp, a zero slot
+    STAGE = STAGE_SIZE if STAGED and KS == 1 else 1   # the re-paired activations, a word per warp,
+                                         # a zero slot (a K split never stages: .default_mma)
     STAGE_ALIGN = None if SIMULATED else 16   # group reads as LDS.128 (the simulator takes no alignment)
     MIN_GROUPS = stage_min_groups(config)     # per warp of the grid, for the stage to pay
     SV = np.uint32 if BATCH_MMA else float32  # scales: x2 bits for the A pairs, else float32
@@ -275,7 +276,7 @@ def default_kernel(config: DefaultConfig):
             allow_next_grid()
         if STAGGER:   # a probe (.stagger): the SM's warps issue one after another
             stagger_start(STAGGER, WARPS)
-        if KS > 1:   # M > 1 mma with the K split (.default_mma_batch.ksplit_walk)
+        if KS > 1:   # mma with the K split (.default_mma_batch.ksplit_walk)
             walk_k(act, packed, scales, zero_points, bias, has_bias, out, red, stage, raw, sv, zv,
                    acc, lane, s, p, N, K, nwords, nchunks, nb, nzb, row_bytes, steps, groups)
             return

@@ -44,9 +44,11 @@ class DefaultConfig:
     mma: (lanes 4, cols 2; M > 1: cols 2 or 4) the products on tensor cores: at M = 1 with the
     group sums (:mod:`.default_mma`), at M = 2..16 with the activation rows as B
     (:mod:`.default_mma_batch`);
-    ksplit: (M > 1 mma only) warps of a block that share one column group, each taking every
-    ``ksplit``-th stripe of its chunks; their D fragments are summed through shared memory in
-    warp order (:func:`.default_mma_batch.ksplit_finish`). 1: a warp per column group.
+    ksplit: (mma only; not with pipeline or words) warps of a block that share one column
+    group, each taking every ``ksplit``-th stripe of its chunks; their sums (M > 1: D
+    fragments) are added through shared memory in warp order
+    (:func:`.default_mma_batch.ksplit_finish`; M = 1 folds unstaged: :mod:`.default_mma`). 1: a
+    warp per column group.
     words: (with ``pdl``, M = 1, ``act_vector``; the decode chain's ``handoff="words"``) the
     kernel never waits for the previous grid: once its first weights are in flight, its blocks
     poll the activations until no half is the sentinel (:mod:`.handoff`).
@@ -102,8 +104,8 @@ class DefaultConfig:
               f"False unless lanes = {MMA_LANES} and cols = {MMA_COLS} (M > 1: one of "
               f"{MMA_BATCH_COLS})")
         check("ksplit", self.ksplit in (1, 2, 4, 8) and self.warps % self.ksplit == 0
-              and (self.ksplit == 1 or (self.mma and self.M > 1)),
-              "1, 2, 4 or 8 dividing warps, and 1 unless mma with M > 1")
+              and (self.ksplit == 1 or (self.mma and not self.pipeline and not self.words)),
+              "1, 2, 4 or 8 dividing warps, and 1 unless mma (without pipeline or words)")
         check("stagger", 0 <= self.stagger <= MAX_STAGGER_CYCLES, f"in 0..{MAX_STAGGER_CYCLES} (cycles)")
         check("words", not self.words or (self.pdl and self.M == 1 and self.act_vector),
               "False unless pdl, M = 1 and act_vector")

@@ -39,11 +39,19 @@ equal the zero point gives a residue of that size, not an exact 0.
 Activations (B): read from the stage of :func:`.default_m1.stage_activations` (fp16 as it is,
 bf16 scaled into fp16 range), one ``LDS.128`` per word; a lane that does not feed B reads the
 stage's zero slot instead (one address for all of them: a broadcast), so no register is
-selected. Where the tiling does not stage the row (too few column groups per warp,
-K > ``STAGE_MAX_K``, a bf16 row out of the fp16 range), the step takes
-:func:`.default_m1.scalar_fold` (CUDA cores) instead. Tails as the tiling's: words past K and
-clamped chunks past the column get zeros (staged as zeros, so outside every ``C`` and ``T``), and a
-clamped chunk subtracts nothing.
+selected. Tails as the tiling's: words past K and clamped chunks past the column get zeros
+(staged as zeros, so outside every ``C`` and ``T``), and a clamped chunk subtracts nothing.
+
+*Unstaged* (the direct fold): where the tiling does not stage the row (too few column groups
+per warp, K > ``STAGE_MAX_K``, a bf16 row out of the fp16 range, and every K-split grid:
+``ksplit`` warps sharing a column group, :func:`.default_mma_batch.ksplit_walk`), the feeding
+lane loads its word's 8 activations itself (one 16-byte load, L1 hits; the other lanes load
+nothing and hold zeros) and re-pairs them (4 PRMT), and ``C`` and ``T`` come from the tensor
+cores too: a second ``mma`` on the same B with a constant A, rows 0..7 ``(1024, 64)`` (``C``) and
+rows 8..15 ``(1, 1)`` (``T``), leaves lane ``(g, t)`` exactly the ``C_0, C_1, T_0, T_1`` of its
+chunk. bf16 folds on bf16 tensor cores, with no range limit: A holds ``128 + q`` for every
+nibble (exact bf16: 3 shifts, 4 LOP3 a word), the constant A ``(128, 128)`` and ``(1, 1)``.
+Words past K load nothing, so a clamped chunk's D and its ``C``, ``T`` are all zero.
 
 Every lane of the warp must call the fold together (``mma.sync.aligned``): the default tiling
 calls it in warp-uniform loops.
@@ -55,15 +63,33 @@ import numpy as np
 from numba import cuda, float32
 
 from .mma_tiling import MMA_LANES
-from .default_m1 import CHUNK_STRIDE, CORRECTION, ZERO_SLOT, scalar_fold
-from .half2 import offset_pairs8
-from .intrinsics import int_as_float
-from .mma import mma_f16
+from .default_m1 import CHUNK_STRIDE, CORRECTION, ZERO_SLOT
+from .half2 import offset_pairs8, pair_words
+from .intrinsics import and_or, int_as_float
+from .mma import mma_bf16, mma_f16
 
-__all__ = ["mma_fold"]
+__all__ = ["mma_fold", "offset_pairs8_bf16", "CORRECTION_A"]
 
 _U0, _U1, _U2, _U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
 _ALL = np.uint32(0xFFFFFFFF)
+_LOW = np.uint32(0x000F000F)
+_BF16_MAGIC = np.uint32(0x43004300)      # bf16x2 (128, 128): a step of 1 at bits 0..3
+#: The direct fold's constant A (a0, a1, a2, a3) per dtype: rows 0..7 the offsets of the low and
+#: high nibbles' pairs (``C``), rows 8..15 ones (``T``).
+CORRECTION_A = {"float16": (np.uint32(0x64006400), np.uint32(0x3C003C00), np.uint32(0x54005400),
+                            np.uint32(0x3C003C00)),
+                "bfloat16": (np.uint32(0x43004300), np.uint32(0x3F803F80), np.uint32(0x43004300),
+                             np.uint32(0x3F803F80))}
+
+
+@cuda.jit(device=True, inline=True)
+def offset_pairs8_bf16(w):
+    """:func:`.half2.offset_pairs8`'s pairs as exact bf16 with one offset: ``(128 + q0, 128 + q4),
+    (128 + q1, 128 + q5), (128 + q2, 128 + q6), (128 + q3, 128 + q7)`` of uint32 ``w`` (bf16's 7
+    mantissa bits leave no room for a nibble at bits 4..7: 3 shifts, 4 LOP3)."""
+    t = w >> np.uint32(8)
+    return (and_or(w, _LOW, _BF16_MAGIC), and_or(w >> np.uint32(4), _LOW, _BF16_MAGIC),
+            and_or(t, _LOW, _BF16_MAGIC), and_or(t >> np.uint32(4), _LOW, _BF16_MAGIC))
 
 
 def mma_fold(config, load_act):
@@ -74,7 +100,17 @@ def mma_fold(config, load_act):
     if not config.mma:
         raise ValueError(f"the mma fold needs a DefaultConfig with mma=True; got {config}")
     U, ZP, TWO_GROUPS = config.unroll, config.zero_points, config.block_size == 16
-    fold_scalar = scalar_fold(config, load_act)
+    F16 = config.dtype == "float16"
+    STRIPES = MMA_LANES * config.ksplit      # chunk stride of a lane's chunks
+    K0, K1, K2, K3 = CORRECTION_A[config.dtype]
+    offsets = offset_pairs8 if F16 else offset_pairs8_bf16   # the direct fold's A pairs
+
+    @cuda.jit(device=True, inline=True)
+    def mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """The direct fold's ``mma`` in the row's dtype."""
+        if F16:
+            return mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+        return mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
 
     @cuda.jit(device=True, inline=True)
     def b_operand(stage, j, w, feeds, valid):
@@ -100,11 +136,24 @@ def mma_fold(config, load_act):
         return float32(zv[c, u, h]) if ZP else float32(8.0)
 
     @cuda.jit(device=True, inline=True)
+    def add_step(acc, d0, d1, d2, d3, c0, c1, t0, t1, sv, zv, u):
+        """Chunk ``u``'s D (``d*``) and offset sums (``c*``, ``t*``) into ``acc[0, 0..1]``."""
+        if TWO_GROUPS:
+            acc[0, 0] += ((d0 - (c0 + zero_point(zv, 0, u, 0) * t0)) * sv[0, u, 0]
+                          + (d1 - (c1 + zero_point(zv, 0, u, 1) * t1)) * sv[0, u, 1])
+            acc[0, 1] += ((d2 - (c0 + zero_point(zv, 1, u, 0) * t0)) * sv[1, u, 0]
+                          + (d3 - (c1 + zero_point(zv, 1, u, 1) * t1)) * sv[1, u, 1])
+        else:
+            c, t_ = c0 + c1, t0 + t1
+            acc[0, 0] += (d0 + d1 - (c + zero_point(zv, 0, u, 0) * t_)) * sv[0, u, 0]
+            acc[0, 1] += (d2 + d3 - (c + zero_point(zv, 1, u, 0) * t_)) * sv[1, u, 0]
+
+    @cuda.jit(device=True, inline=True)
     def fold_mma(stage, j0, nwords, nchunks, raw, sv, zv, acc, full):
         lane = cuda.threadIdx.x % 32
         g, t = lane // 4, lane % 4
         for u in range(U):
-            j_raw = j0 + u * MMA_LANES
+            j_raw = j0 + u * STRIPES
             j = j_raw if full else min(j_raw, nchunks - 1)
             d0 = d1 = d2 = d3 = float32(0.0)
             for w in range(4):
@@ -114,23 +163,38 @@ def mma_fold(config, load_act):
                 d0, d1, d2, d3 = mma_f16(p[0], r[0], p[1], r[1], x[0], x[1], d0, d1, d2, d3)
                 d0, d1, d2, d3 = mma_f16(p[2], r[2], p[3], r[3], x[2], x[3], d0, d1, d2, d3)
             c0, c1, t0, t1 = offset_sums(stage, j, full or j_raw < nchunks)
-            if TWO_GROUPS:
-                acc[0, 0] += ((d0 - (c0 + zero_point(zv, 0, u, 0) * t0)) * sv[0, u, 0]
-                              + (d1 - (c1 + zero_point(zv, 0, u, 1) * t1)) * sv[0, u, 1])
-                acc[0, 1] += ((d2 - (c0 + zero_point(zv, 1, u, 0) * t0)) * sv[1, u, 0]
-                              + (d3 - (c1 + zero_point(zv, 1, u, 1) * t1)) * sv[1, u, 1])
-            else:
-                c, t_ = c0 + c1, t0 + t1
-                acc[0, 0] += (d0 + d1 - (c + zero_point(zv, 0, u, 0) * t_)) * sv[0, u, 0]
-                acc[0, 1] += (d2 + d3 - (c + zero_point(zv, 1, u, 0) * t_)) * sv[1, u, 0]
+            add_step(acc, d0, d1, d2, d3, c0, c1, t0, t1, sv, zv, u)
+
+    @cuda.jit(device=True, inline=True)
+    def fold_direct(act, j0, nwords, nchunks, raw, sv, zv, acc, full):
+        """The unstaged fold (see the module docstring): B loaded by its feeding lanes, the
+        offset sums from a second ``mma`` on a constant A."""
+        lane = cuda.threadIdx.x % 32
+        g, t = lane // 4, lane % 4
+        for u in range(U):
+            j_raw = j0 + u * STRIPES
+            j = j_raw if full else min(j_raw, nchunks - 1)
+            d0 = d1 = d2 = d3 = float32(0.0)
+            e0 = e1 = e2 = e3 = float32(0.0)
+            for w in range(4):
+                y = load_act(act, 32 * j + 8 * w, g == 2 * t + w // 2 and (full or 4 * j_raw + w < nwords))
+                x = pair_words(y[0], y[1], y[2], y[3])
+                p = offsets(raw[0, u, w])
+                r = offsets(raw[1, u, w])
+                d0, d1, d2, d3 = mma(p[0], r[0], p[1], r[1], x[0], x[1], d0, d1, d2, d3)
+                d0, d1, d2, d3 = mma(p[2], r[2], p[3], r[3], x[2], x[3], d0, d1, d2, d3)
+                e0, e1, e2, e3 = mma(K0, K1, K2, K3, x[0], x[1], e0, e1, e2, e3)
+                e0, e1, e2, e3 = mma(K0, K1, K2, K3, x[2], x[3], e0, e1, e2, e3)
+            add_step(acc, d0, d1, d2, d3, e0, e1, e2, e3, sv, zv, u)
 
     @cuda.jit(device=True, inline=True)
     def fold(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged):
         """One step's products into ``acc[0, 0..1]`` (see the module docstring); ``staged``: the
-        row is in the stage (fp16 words)."""
+        row is in the stage (fp16 words), else the direct fold."""
         if staged:
             fold_mma(stage, j0, nwords, nchunks, raw, sv, zv, acc, full)
         else:
-            fold_scalar(act, stage, j0, nwords, nchunks, raw, sv, zv, acc, full, staged)
+            fold_direct(act, j0, nwords, nchunks, raw, sv, zv, acc, full)
 
     return fold
+

@@ -39,7 +39,7 @@ from numba import cuda, float32
 from .mma import mma_bf16, mma_f16
 from .mma_pairs import (NO_ZP_OFFSET_BF16, NO_ZP_OFFSET_F16, scaled_pair_bf16, scaled_pair_f16,
                         zero_point_offset_bf16, zero_point_offset_f16)
-from .default_finish import output_access
+from .default_finish import lanes_finish, output_access
 from .intrinsics import pack_half2, wait_for_previous_grid
 
 __all__ = ["batch_mma_fold", "batch_mma_finish", "batch_mma_constants", "row_tiles", "ksplit_finish",
@@ -165,9 +165,12 @@ def batch_mma_finish(config):
 
 def reduction_shape(config) -> tuple:
     """The shared-memory shape :func:`ksplit_finish` needs: ``(warps, fragments, 32)`` with
-    ``ksplit > 1``, else ``(1, 1, 1)`` (no reduction)."""
+    ``ksplit > 1`` (M = 1: ``(warps, cols, 32)``, the lane's column sums), else ``(1, 1, 1)``
+    (no reduction)."""
     if config.ksplit == 1:
         return (1, 1, 1)
+    if config.M == 1:
+        return (config.warps, config.cols, 32)
     return (config.warps, row_tiles(config.M) * config.cols // 2 * 4, 32)
 
 
@@ -175,31 +178,35 @@ def ksplit_finish(config):
     """``finish(acc, red, warp, lane, active, col0, N, bias, has_bias, out)``: the column group
     end of a block whose ``ksplit`` warps share one group (``config.ksplit > 1``). Every warp of
     the block calls it together (it holds two block barriers); warps with ``active`` publish
-    their D fragments to ``red`` (:func:`reduction_shape`), and the group's first warp (``warp %
-    ksplit == 0``) adds the ``ksplit`` parts in warp order (the result does not depend on
-    timing) and stores them as :func:`batch_mma_finish` does; every warp then zeroes ``acc``.
-    ``col0``: the lane's first column (its column slot ``g`` included)."""
-    KS, T, MT = config.ksplit, config.cols // 2, row_tiles(config.M)
-    store = batch_mma_finish(config)
+    their sums to ``red`` (:func:`reduction_shape`: M > 1 the D fragments, M = 1 the lane's
+    ``acc[0, c]``), and the group's first warp (``warp % ksplit == 0``) adds the ``ksplit`` parts
+    in warp order (the result does not depend on timing) and stores them as
+    :func:`batch_mma_finish` does (M = 1: :func:`.default_finish.lanes_finish`, which also sums
+    the column's 4 lanes); every warp then zeroes ``acc``. ``col0``: the lane's first column
+    (its column slot ``g`` included)."""
+    KS = config.ksplit
+    SCALAR = config.M == 1
+    ROWS, COLS = (1, config.cols) if SCALAR else (row_tiles(config.M) * config.cols // 2, 4)
+    store = lanes_finish(config, False) if SCALAR else batch_mma_finish(config)
 
     @cuda.jit(device=True, inline=True)
     def finish(acc, red, warp, lane, active, col0, N, bias, has_bias, out):
         if active:
-            for i in range(MT * T):
-                for r in range(4):
-                    red[warp, 4 * i + r, lane] = acc[i, r]
+            for i in range(ROWS):
+                for r in range(COLS):
+                    red[warp, COLS * i + r, lane] = acc[i, r]
         cuda.syncthreads()
         if active and warp % KS == 0:
-            for i in range(MT * T):
-                for r in range(4):
-                    v = red[warp, 4 * i + r, lane]
+            for i in range(ROWS):
+                for r in range(COLS):
+                    v = red[warp, COLS * i + r, lane]
                     for q in range(1, KS):
-                        v += red[warp + q, 4 * i + r, lane]
+                        v += red[warp + q, COLS * i + r, lane]
                     acc[i, r] = v
             store(acc, col0, lane % 4, N, bias, has_bias, out, float32(1.0))
         cuda.syncthreads()      # the next round's fragments overwrite red
-        for i in range(MT * T):
-            for r in range(4):
+        for i in range(ROWS):
+            for r in range(COLS):
                 acc[i, r] = float32(0.0)
 
     return finish
