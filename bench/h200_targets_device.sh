@@ -34,6 +34,9 @@
 # Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] [M1_ROWS=0] bench/h200_targets_device.sh
 # (PROBES=0: call 2 without the probes of call 3; M1_ROWS=0: call 1 without issue 19's rows)
 # (everything under $OUT ends in $OUT/h200-call<N>.tgz)
+# (the device returns only so many files: point OUT at a temporary folder and copy that tarball
+# alone into the device's $OUT; session 32 lost call 7's JSONs. Call 7's six processes compile
+# at once: BENCH_S=240 cut them all before their probes, so give it 400 and a call of its own)
 set -uo pipefail
 out=${OUT:?set OUT to the folder for logs and results}
 call=${CALL:?set CALL to 1 .. 10}
