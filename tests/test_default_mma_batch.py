@@ -240,7 +240,9 @@ def test_k_split_short_k_and_pdl(rng):
 
 
 def test_k_split_is_refused_where_it_has_no_meaning():
-    for bad in (dict(M=1), dict(mma=False, cols=2, lanes=4), dict(warps=2, ksplit=4), dict(ksplit=3)):
+    # (M = 1 takes it since session 32, on the direct fold: test_default_kernel.py's K-split tests)
+    for bad in (dict(M=1, pipeline=True), dict(mma=False, cols=2, lanes=4), dict(warps=2, ksplit=4),
+                dict(ksplit=3)):
         fields = {"M": 4, "cols": 2, "lanes": 4, "mma": True, "warps": 4, "ksplit": 4, **bad}
         M = fields.pop("M")
         with pytest.raises(ValueError, match="ksplit"):
