@@ -31,14 +31,16 @@
 #           (any card).
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
-# Usage (repository root, CUDA machine): OUT=DIR BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] [M1_ROWS=0] bench/h200_targets_device.sh
+# Usage (repository root, CUDA machine): OUT=DIR [WORK=DIR] BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] [M1_ROWS=0] bench/h200_targets_device.sh
 # (PROBES=0: call 2 without the probes of call 3; M1_ROWS=0: call 1 without issue 19's rows)
-# (everything under $OUT ends in $OUT/h200-call<N>.tgz)
-# (the device returns only so many files: point OUT at a temporary folder and copy that tarball
-# alone into the device's $OUT; session 32 lost call 7's JSONs. Call 7's six processes compile
-# at once: BENCH_S=240 cut them all before their probes, so give it 400 and a call of its own)
+# (everything written, under WORK or else OUT, ends in $OUT/h200-call<N>.tgz)
+# (WORK=DIR: write there and put only the tarball in OUT: the device returns only so many files,
+# and session 32 lost call 7's JSONs that way. Call 7's six processes compile at once: BENCH_S=240
+# cut them all before their probes, so give it 400 and a call of its own)
 set -uo pipefail
-out=${OUT:?set OUT to the folder for logs and results}
+dest=${OUT:?set OUT to the folder for logs and results}
+out=${WORK:-$dest}   # where everything is written; WORK (a temporary folder): only the tarball goes to OUT
+mkdir -p "$out"
 call=${CALL:?set CALL to 1 .. 10}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
@@ -179,4 +181,4 @@ if [ "$call" = 2 ]; then
     echo "decode chain exit $?"; tail -8 "$out/decode-chain.log"
 fi
 for f in "$out"/targets-*.log; do echo "== $f"; grep -E "^(floor|tinygemm|env|default|single|tensor|c[0-9])|wrote|Error|error:" "$f" | tail -40; done
-tar czf "$out/h200-call$call.tgz" -C "$out" --exclude "h200-call$call.tgz" --exclude gpu.lock . && ls -la "$out"
+tar czf "$dest/h200-call$call.tgz" -C "$out" --exclude "h200-call$call.tgz" --exclude gpu.lock . && ls -la "$dest"

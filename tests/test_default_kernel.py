@@ -365,12 +365,13 @@ def _count_mma_calls(monkeypatch):
 @pytest.mark.parametrize("case", ["bf16 out of range", "few groups", "long row"])
 def test_mma_config_folds_directly_where_the_row_is_not_staged(rng, monkeypatch, case):
     # A bf16 row past the fp16 range (scale 2**45), a grid whose warps have too few groups for
-    # the stage (N = 13: 1 group), K > STAGE_MAX_K: the same config takes the direct fold (its
+    # the stage (N = 13: 1 group), K > STAGE_MAX_K (N = 17: 2 groups, which would stage a
+    # shorter row): the same config takes the direct fold (its
     # activations loaded by the lanes that feed B, the offset sums from a second mma; bf16 on
-    # bf16 tensor cores, in any range). On the simulator the mma calls are counted: one a word
-    # for the products, one for the sums, two half-words each (K / 8 words of a column pair).
+    # bf16 tensor cores, in any range). On the simulator every lane's mma calls are counted: per
+    # 16-column group and lane step 4 words x (2 products + 2 sums), twice the staged fold's.
     dtype = "bfloat16" if case == "bf16 out of range" else "float16"
-    N, K = (13, 72) if case == "few groups" else (69, STAGE_MAX_K + 40 if case == "long row" else 72)
+    N, K = {"few groups": (13, 72), "long row": (17, STAGE_MAX_K + 40)}.get(case, (69, 72))
     a, w, bias = make(rng, N, K, 32, False, 1, dtype)
     if case == "bf16 out of range":
         a = (a.astype(np.float64) * 2.0 ** 45).astype(BF16)
@@ -378,7 +379,8 @@ def test_mma_config_folds_directly_where_the_row_is_not_staged(rng, monkeypatch,
     calls = _count_mma_calls(monkeypatch)
     y, _ = run(a, w, bias, dtype, config=_mma(dtype, K, 32, False), multiprocessors=1)
     check(y, a, w, bias, dtype)
-    assert calls or not SIMULATED
+    steps = -(-(-(-K // 32)) // 4)           # 4 chunk stripes, unroll 1
+    assert len(calls) == (32 * 16 * -(-N // 16) * steps if SIMULATED else 0)
 
 
 # -- the M = 1 K split (kernels/default_mma.py's direct fold, default_mma_batch.ksplit_walk) ----

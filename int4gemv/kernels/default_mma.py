@@ -177,7 +177,8 @@ def mma_fold(config, load_act):
             d0 = d1 = d2 = d3 = float32(0.0)
             e0 = e1 = e2 = e3 = float32(0.0)
             for w in range(4):
-                y = load_act(act, 32 * j + 8 * w, g == 2 * t + w // 2 and (full or 4 * j_raw + w < nwords))
+                feeds = g == 2 * t + w // 2 and (full or 4 * j_raw + w < nwords)
+                y = load_act(act, 32 * j + 8 * w, feeds)   # zeros unless it feeds B
                 x = pair_words(y[0], y[1], y[2], y[3])
                 p = offsets(raw[0, u, w])
                 r = offsets(raw[1, u, w])
@@ -197,4 +198,3 @@ def mma_fold(config, load_act):
             fold_direct(act, j0, nwords, nchunks, raw, sv, zv, acc, full)
 
     return fold
-
