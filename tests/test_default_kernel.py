@@ -379,7 +379,8 @@ def test_mma_config_folds_directly_where_the_row_is_not_staged(rng, monkeypatch,
     calls = _count_mma_calls(monkeypatch)
     y, _ = run(a, w, bias, dtype, config=_mma(dtype, K, 32, False), multiprocessors=1)
     check(y, a, w, bias, dtype)
-    steps = -(-(-(-K // 32)) // 4)           # 4 chunk stripes, unroll 1
+    chunks = -(-K // 32)
+    steps = -(-chunks // 4)                 # 4 chunk stripes, unroll 1
     assert len(calls) == (32 * 16 * -(-N // 16) * steps if SIMULATED else 0)
 
 
@@ -390,10 +391,11 @@ def _ksplit(dtype, K, bs, zp, ksplit, warps=4, unroll=1, pdl=False):
 
 
 @pytest.mark.parametrize("dtype, bs, zp, K, N, ksplit, warps, unroll", [
-    ("float16", 32, False, 264, 33, 2, 4, 2),    # 2 groups a round, the third group partial
+    ("float16", 32, False, 264, 33, 2, 4, 2),    # 2 groups a round; round 2: 1 column, 1 idle slot
     ("bfloat16", 16, True, 136, 17, 4, 4, 1),    # two groups a chunk, a last word alone
     ("float16", 64, True, 520, 20, 4, 8, 2),     # 8 warps: 2 groups a block, the 2nd one partial
-    ("bfloat16", 128, False, 1032, 16, 2, 2, 2),  # a whole group past the 4 stripes' chunks
+    ("bfloat16", 128, False, 1032, 16, 2, 2, 2),  # 33 chunks over 8 stripes at unroll 2: the
+                                                  # last step holds one chunk of one word
 ])
 def test_mma_ksplit_at_m1_every_format(rng, dtype, bs, zp, K, N, ksplit, warps, unroll):
     # M = 1 with ksplit warps a column group: the direct fold on every warp part's stripes
