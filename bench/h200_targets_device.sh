@@ -100,7 +100,7 @@ fi
 if [ "$call" = 7 ]; then
     for dt in float16 bfloat16; do
         bench mma32-$dt --m 1 $lm --formats 32 --dtypes $dt --variants default --no-tinygemm \
-            --configs c2l4u4b4m,c2l4u2b6m
+            --configs c2l4u4b4m,c2l4u2b6m,c2l4u2b4m
         bench mma16zp-$dt --m 1 $lm --formats 16+zp --dtypes $dt --variants default --no-tinygemm \
             --configs c2l4u2b4m,c2l4u4b4m
     done
