@@ -46,7 +46,8 @@ TUNINGS = ("default", "single_warp", "auto", "default+pdl", "single_warp+pdl", "
            "single_warp+pdl+l2", "auto+pdl+l2")
 #: How a chain kernel learns that its input is complete (see :class:`DecodeChain`).
 HANDOFFS = ("grid", "words")
-#: The sentinel fill's geometry (``handoff="words"``): a grid-stride loop over the arena.
+#: The sentinel fill's geometry (``handoff="words"``): a grid-stride loop over the arena, of at
+#: most ``FILL_GRID`` blocks (fewer for an arena of fewer than ``FILL_GRID`` blocks' words).
 FILL_GRID, FILL_BLOCK = 264, 256
 #: The GEMV kinds each layout launches, in step order.
 LAYOUT_KINDS = {"merged": ("qkv", "o", "gate_up", "down", "lm_head"),
@@ -236,7 +237,8 @@ class DecodeChain(ChainStep):
         if words:
             arena = self.arena.view(np.uint32)
             specs.append(("fill", -1, 0, lambda stamps, slot: KernelLaunch(
-                fill_kernel, FILL_GRID, FILL_BLOCK, arena, stamps=stamps, slot=slot)))
+                fill_kernel, min(FILL_GRID, -(-arena.shape[0] // FILL_BLOCK)), FILL_BLOCK, arena,
+                stamps=stamps, slot=slot)))
         for i, (layer, (x, qkv, h, gu, x_next)) in enumerate(zip(self.layers, self._vectors)):
             q = qkv[:Q]
             if self.merged:
