@@ -19,6 +19,7 @@ Modules (one concept each):
 * :mod:`bench.eager_host_cost` the eager path's Python cost with the launch a no-op (simulator)
 * :mod:`bench.torch_key_cost` what each torch attribute read of the eager path costs (GPU)
 * :mod:`bench.probe_kernels`  suite: per-tuning timings, registers and SASS mix (GPU)
+* :mod:`bench.ncu_probe`      one checked kernel launch for Nsight Compute to profile (GPU)
 * :mod:`bench.offline_sass`   the tensor-core kernel's registers, spills and SASS on a CPU (no GPU)
 * :mod:`bench.gpu_lifecycle_check` suite: lifecycle's tests on the real driver, then timings (GPU)
 * :mod:`bench.report`         reporting: terminal table and summary, JSON / text / PNG files

@@ -29,6 +29,10 @@
 #           M = 1 shapes: the chooser's configuration with each warp of an SM starting 50-400 SM
 #           cycles per rank after the one before, against its loads alone (x0) and the floor, fp16
 #           (any card).
+#   CALL=11 session 33: Nsight Compute (bench/ncu_probe.py) on the kernels the M = 1 and M = 16
+#           targets turn on: lm_head bs 32 (the default fold fp16 and bf16, the staged mma fold),
+#           gate_up and down at M = 1, down at M = 16: speed of light, warp states, scheduler,
+#           occupancy, memory (one launch each, past the L2, checked against float64).
 # The bench processes run at once, compiling in parallel and timing one at a time (--gpu-lock);
 # every ratio is between rows of one process (its own floor and peers).
 # Usage (repository root, CUDA machine): OUT=DIR [WORK=DIR] BENCH_GIT_COMMIT=<sha> CALL=N [PROBES=0] [M1_ROWS=0] bench/h200_targets_device.sh
@@ -41,7 +45,7 @@ set -uo pipefail
 dest=${OUT:?set OUT to the folder for logs and results}
 out=${WORK:-$dest}   # where everything is written; WORK (a temporary folder): only the tarball goes to OUT
 mkdir -p "$out"
-call=${CALL:?set CALL to 1 .. 10}
+call=${CALL:?set CALL to 1 .. 11}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$out/device.txt"
 # the card's clocks, power and clock-event reasons every 0.5 s for the whole call (added in
@@ -106,6 +110,18 @@ if [ "$call" = 7 ]; then
     done
     bench lm816 --m 8,16 $lm --formats 32 --variants env,tensor_core
     bench gd816 --m 8,16 --shapes gate/up,down --variants env,tensor_core
+fi
+if [ "$call" = 11 ]; then
+    sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats"
+    for case in "lm32 --shape lm_head" "lm32mma --shape lm_head --config c2l4u2b4m" \
+            "lm32bf --shape lm_head --dtype bfloat16" "gu --shape gate_up" "dn --shape down" \
+            "dn16 --shape down --M 16 --variant env"; do
+        set -- $case; name=$1; shift
+        timeout "${NCU_S:-90}" ncu --clock-control none -k regex:kernel --launch-skip 2 --launch-count 1 \
+            $sections python3 -m bench.ncu_probe "$@" > "$out/ncu-$name.txt" 2>&1
+        echo "ncu $name exit $?"; grep -E "relative error|Duration|DRAM Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per" "$out/ncu-$name.txt" | head -12
+    done
 fi
 if [ "$call" = 10 ]; then   # delays in SM cycles (1.98 GHz: 200 cycles ~ 100 ns)
     one="--m 1 --dtypes float16 --variants default --no-tinygemm"

@@ -485,3 +485,13 @@ def test_the_default_tiling_probe_table_gives_ratios_to_m1_fp16_and_peers():
     assert lines[2].split()[-4:] == ["1.00", "1.20", "1.25", "0.75"]      # bf16: /M=1, bf16/fp16, tinygemm/, sw/
     assert lines[3].split()[-2:] == ["2.00", "0.90"]                      # M = 4: /M=1 and tinygemm at M = 4
     assert lines[4].split()[-1] == "1.00"                                 # bs 64 + zp: no peer of its format
+
+
+@pytest.mark.parametrize("argv, named", [(["--shape", "nope"], "--shape"), (["--launches", "0"], "--launches"),
+                                         (["--variant", "default", "--config", "c2l4u2b4m"], "--config")])
+def test_the_ncu_probe_names_a_bad_argument_before_any_gpu_work(capsys, argv, named):
+    from bench import ncu_probe
+
+    with pytest.raises(SystemExit) as exc:
+        ncu_probe.main(argv)
+    assert exc.value.code == 2 and named in capsys.readouterr().err
