@@ -487,7 +487,7 @@ def test_the_default_tiling_probe_table_gives_ratios_to_m1_fp16_and_peers():
     assert lines[4].split()[-1] == "1.00"                                 # bs 64 + zp: no peer of its format
 
 
-@pytest.mark.parametrize("argv, named", [(["--shape", "nope"], "--shape"), (["--launches", "0"], "--launches"),
+@pytest.mark.parametrize("argv, named", [(["--shape", "nope"], "--shape"), (["--launches", "0"], "--launches"), (["--nk", "9"], "--nk"),
                                          (["--variant", "default", "--config", "c2l4u2b4m"], "--config")])
 def test_the_ncu_probe_names_a_bad_argument_before_any_gpu_work(capsys, argv, named):
     from bench import ncu_probe
@@ -495,3 +495,20 @@ def test_the_ncu_probe_names_a_bad_argument_before_any_gpu_work(capsys, argv, na
     with pytest.raises(SystemExit) as exc:
         ncu_probe.main(argv)
     assert exc.value.code == 2 and named in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--nk", "69x520", "--config", "c2l4u2b4m", "--bs", "16", "--zp"],
+                                  ["--nk", "40x96", "--M", "5", "--variant", "env"]])
+def test_the_ncu_probe_launches_a_checked_kernel(capsys, argv):
+    from bench import ncu_probe
+
+    assert ncu_probe.main(argv) == 0
+    assert "relative error" in capsys.readouterr().out
+
+
+def test_the_ncu_probe_fails_when_its_kernel_writes_nothing(monkeypatch, capsys):
+    from bench import ncu_probe
+
+    monkeypatch.setattr(ncu_probe, "_launcher", lambda *args: ((lambda: None), "no-op"))
+    assert ncu_probe.main(["--nk", "40x96"]) == 1      # the poisoned output is never written
+    assert "relative error inf" in capsys.readouterr().out
