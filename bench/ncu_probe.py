@@ -108,6 +108,8 @@ def main(argv=None) -> int:
             N, K = (int(v) for v in args.nk.lower().split("x"))
         except ValueError:
             p.error(f"--nk must be NxK, e.g. 69x520; got {args.nk!r}")
+        if N < 1 or K < 8 or K % 8:
+            p.error(f"--nk needs N >= 1 and K a positive multiple of 8; got {args.nk!r}")
     elif args.shape in SHAPES:
         N, K = SHAPES[args.shape]
     else:

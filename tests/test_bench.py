@@ -489,7 +489,7 @@ def test_the_default_tiling_probe_table_gives_ratios_to_m1_fp16_and_peers():
 
 @pytest.mark.parametrize("argv, named", [
     (["--shape", "nope"], "--shape"), (["--launches", "0"], "--launches"), (["--nk", "9"], "--nk"),
-    (["--variant", "default", "--config", "c2l4u2b4m"], "--config")])
+    (["--nk", "69x100"], "--nk"), (["--variant", "default", "--config", "c2l4u2b4m"], "--config")])
 def test_the_ncu_probe_names_a_bad_argument_before_any_gpu_work(capsys, argv, named):
     from bench import ncu_probe
 
