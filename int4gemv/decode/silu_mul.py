@@ -4,7 +4,7 @@
 or of separate gate and up GEMVs writing its halves), so one kernel serves both layouts.
 Arithmetic is float32 (``sigmoid`` from ``exp(-|g|)``, so no overflow at any fp16 input), with
 the hardware's one-instruction exponential and reciprocal (:mod:`int4gemv.kernels.approx`: their
-errors, 2**-22 and 1 ulp, are far below the fp16 rounding); the result is rounded once to fp16.
+errors, 2 ulp and 1 ulp, are far below the fp16 rounding); the result is rounded once to fp16.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ On hardware these are ``ex2.approx.ftz.f32`` and ``rcp.approx.ftz.f32`` (one MUF
 ``math.exp`` and ``/`` compile to the correctly rounded forms instead: about ten instructions
 for the exponential and eight more for the division, with a branch to a slow path (ptxas 13.0,
 ``silu_mul_kernel``; bench/NOTES.md, session 33). Both approximations flush subnormal inputs and
-results to zero (``.ftz``). PTX's bounds: ``ex2.approx`` has a relative error of at most
-``2**-22`` for normal results, and ``rcp.approx`` at most 1 ulp. The simulator's stand-ins
+results to zero (``.ftz``). Their error bounds, as the tests hold them: ``ex2.approx`` a relative
+error of at most ``2**-21`` (2 ulp) for normal results, ``rcp.approx`` at most 1 ulp. The simulator's stand-ins
 compute in float64 and round once to float32, inside those bounds; flushing and special values
 are as on the hardware (``2**-inf = 0``, ``2**inf = inf``, ``1/±0 = ±inf``, ``1/±inf = ±0``;
 NaN gives NaN).
