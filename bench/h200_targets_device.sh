@@ -24,7 +24,8 @@
 #   CALL=9  session 29: issue 21 on the card its targets name: the boundary probe (is a PDL
 #           boundary under 0.64 us over its bytes?), then the waiting chain, merged and separate,
 #           with its kernel timeline and 100 fresh-input replays, and (session 31) the merged chain
-#           with one column group a warp for qkv, o (cols 1) and gate_up (cols 8);
+#           with one column group a warp for qkv, o (cols 1) and gate_up (cols 8), and (session 33)
+#           the approximate exp2 / rcp tests of the chain's silu;
 #   CALL=10 sessions 29-30: the issue-order probe (int4gemv/kernels/stagger.py) on the one-step
 #           M = 1 shapes: the chooser's configuration with each warp of an SM starting 50-400 SM
 #           cycles per rank after the one before, against its loads alone (x0) and the floor, fp16
@@ -179,6 +180,10 @@ if [ "$call" = 9 ]; then
         merged:default+pdl:qkv=d1x2:o=d1x2:gate_up=d8x2:down=4x4k4:silu=fused \
         > "$out/decode-chain.log" 2>&1
     echo "decode chain exit $?"; grep -v "^ " "$out/decode-chain.log" | tail -30
+    # session 33: the one-instruction exp2 / rcp of the chain's silu on the hardware
+    timeout "${TESTS_S:-60}" python3 -m pytest -v -rs -p no:cacheprovider --tb=short tests/test_approx.py \
+        > "$out/pytest-s33.log" 2>&1
+    echo "pytest exit $?"; grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$out/pytest-s33.log" | tail -4
 fi
 if [ "$call" = 4 ]; then
     timeout "${TESTS_S:-220}" python3 -m pytest -v -rs -p no:cacheprovider -n "$workers" --tb=short \
