@@ -28,8 +28,8 @@ def silu_times(g, u):
     """``silu(g) · u`` in float32 for float32 ``g``, ``u``: the one formula of the chain, so
     the fused form (:mod:`.split_k_kernel`) rounds to the same fp16 values as this kernel.
     ``sigmoid(g)`` is ``1 / (1 + e)`` for ``g >= 0`` and ``e / (1 + e)`` below, ``e = exp(-|g|)``
-    (never overflows), each through one approximate instruction (5 instructions in all, where
-    ``math.exp`` and ``/`` took 27 with a slow-path branch: ptxas 13.0)."""
+    (never overflows), each through one approximate instruction: 8 instructions from ``g`` to
+    the product, where ``math.exp`` and ``/`` took 27 and a slow-path branch (ptxas 13.0)."""
     e = exp2_approx(-abs(g) * _LOG2E)
     r = rcp_approx(float32(1.0) + e)
     sigmoid = r if g >= 0 else e * r
